@@ -1,0 +1,349 @@
+"""The fit loop and estimator plumbing both trainers share.
+
+A trainer subclass builds its graphs (:meth:`BaseTrainer._build`), prepares the
+per-fit bindings over the staged batches (:meth:`BaseTrainer._start_fit`) and runs one
+epoch (:meth:`BaseTrainer._run_epoch`); everything else (input checks, batching,
+learning-rate schedule, divergence, validation, state, predict, score, export) is here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime
+from sklearn.base import BaseEstimator, clone
+from sklearn.metrics import accuracy_score, r2_score
+
+from .data import BatchLoader
+from .errors import OrtBenchError
+from .graph_tools import (
+    check_weight_names,
+    get_initializers,
+    load_model,
+    rewrite_linear_nodes,
+    select_outputs,
+    set_initializers,
+    training_output,
+    weights_as_inputs,
+)
+from .learning_rates import BaseLearningRate, LearningRateSGD
+from .losses import BaseLearningLoss
+from .runtime import (
+    check_device,
+    check_training_build,
+    providers,
+    quiet_logs,
+    session_options,
+)
+
+#: Batches below this size run on one intra-op thread when ``intra_op_threads='auto'``:
+#: handing tiny kernels to a thread pool costs more than it saves.
+SMALL_BATCH = 64
+
+
+class BaseTrainer(BaseEstimator):
+    """Shared estimator API: fit, predict, score, state and export."""
+
+    def _learning_loss(self) -> BaseLearningLoss:
+        raise NotImplementedError
+
+    def _build(self) -> None:
+        """Create sessions and weights from ``self.model_`` (the first fit only)."""
+        raise NotImplementedError
+
+    def _start_fit(self, loader: BatchLoader) -> None:
+        """Prepare bindings over the loader's batches."""
+        raise NotImplementedError
+
+    def _run_epoch(self, batches) -> float:
+        """Train on every batch; return the epoch loss (mean over samples)."""
+        raise NotImplementedError
+
+    def _set_learning_rate(self, value: float) -> None:
+        raise NotImplementedError
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Trained weights by name (copies)."""
+        raise NotImplementedError
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Overwrite trained weights by name."""
+        raise NotImplementedError
+
+    # -- fit ---------------------------------------------------------------------------
+
+    def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
+        """Train on (X, y); validation data, when given, is scored every ``validation_every``."""
+        self._check_params()
+        fitted = hasattr(self, "model_")
+        if not (self.warm_start and fitted):
+            self._prepare_model()
+        X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=self.warm_start and fitted)
+        val = None
+        if X_val is not None:
+            val = self._check_data(X_val, y_val, sample_weight_val, fitted_classes=True)
+        if not (self.warm_start and fitted):
+            self._threads = self._choose_threads()
+            self.learning_rate_ = clone(self.learning_rate or LearningRateSGD())
+            self.learning_rate_.init_learning_rate()
+            self.t_ = 0
+            self.train_losses_ = []
+            self.validation_losses_ = []
+            quiet_logs()
+            self._build()
+        self._set_learning_rate(self.learning_rate_.value)
+        arrays = [X, Y] + ([w] if w is not None else [])
+        loader = BatchLoader(arrays, self.batch_size, self.device, self.shuffle, self.random_state)
+        self._start_fit(loader)
+        self._predictor = None
+        start = time.perf_counter()
+        for epoch in range(1, self.max_iter + 1):
+            snapshot = self.get_state()
+            loss = float(self._run_epoch(loader.epoch()))
+            if not np.isfinite(loss):
+                self.set_state(snapshot)
+                raise OrtBenchError(
+                    f"training diverged at epoch {epoch}: the loss is {loss}; get_state() "
+                    f"holds the weights from before that epoch (lower the learning rate)"
+                )
+            self.train_losses_.append(loss)
+            self.t_ += loader.n_samples
+            self._set_learning_rate(self.learning_rate_.update_learning_rate(self.t_))
+            if val is not None and (epoch % self.validation_every == 0 or epoch == self.max_iter):
+                self.validation_losses_.append(self._validation_loss(*val))
+            if self.verbose:
+                self._report(epoch, loss, time.perf_counter() - start)
+        self.n_iter_ = len(self.train_losses_)
+        return self
+
+    def _report(self, epoch: int, loss: float, elapsed: float) -> None:
+        extra = f" val={self.validation_losses_[-1]:.6g}" if self.validation_losses_ else ""
+        print(
+            f"\r[{type(self).__name__}] epoch {epoch}/{self.max_iter} loss={loss:.6g}{extra} "
+            f"lr={self.learning_rate_.value:.3g} {elapsed:.1f}s",
+            end="\n" if epoch == self.max_iter else "",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _check_params(self) -> None:
+        check_training_build()
+        check_device(self.device)
+        for name in ("batch_size", "max_iter", "validation_every"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise OrtBenchError(f"{name} must be an integer >= 1, got {value!r}")
+        rate = self.learning_rate
+        if rate is not None and not isinstance(rate, BaseLearningRate):
+            raise OrtBenchError(
+                f"learning_rate must be a LearningRateSGD-like object, got {type(rate).__name__}"
+            )
+        (rate or LearningRateSGD()).check()
+
+    def _choose_threads(self) -> int | None:
+        threads = self.intra_op_threads
+        if threads == "auto":
+            return 1 if self.batch_size < SMALL_BATCH else None
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
+        return threads
+
+    def _session_options(self) -> onnxruntime.SessionOptions:
+        return session_options(self._threads)
+
+    def _providers(self) -> list:
+        return providers(self.device)
+
+    # -- model and data ------------------------------------------------------------------
+
+    def _prepare_model(self) -> None:
+        """Load the model and decide what to train through."""
+        model = rewrite_linear_nodes(load_model(self.model_onnx))
+        self.model_ = model
+        self.weights_ = check_weight_names(model, self.weights_to_train)
+        data_inputs = [i for i in model.graph.input if i.name not in self.weights_]
+        self._input = data_inputs[0]
+        self.output_name_ = training_output(model)
+        self._train_model = select_outputs(model, [self.output_name_])
+        self.is_classifier_ = self._learning_loss().is_classification
+
+    def _n_columns(self) -> int | None:
+        for value in list(self._train_model.graph.output):
+            dims = value.type.tensor_type.shape.dim
+            if len(dims) == 2 and dims[1].dim_value > 0:
+                return dims[1].dim_value
+        return None
+
+    def _check_data(self, X, y, sample_weight, fitted_classes: bool):
+        """Validate and convert X, y and weights; one-hot encode labels for classifiers."""
+        X = _as_float_matrix(X, "X")
+        n_features = _declared_features(self._input)
+        if n_features is not None and X.shape[1] != n_features:
+            raise OrtBenchError(f"X has {X.shape[1]} features, the model expects {n_features}")
+        if y is None:
+            raise OrtBenchError("y is required")
+        y = np.asarray(y)
+        if len(y) != len(X):
+            raise OrtBenchError(f"X has {len(X)} rows but y has {len(y)}")
+        columns = self._n_columns()
+        if self.is_classifier_:
+            if y.ndim != 1:
+                raise OrtBenchError(
+                    f"y must be 1-D class labels for a classifier, got shape {y.shape}"
+                )
+            if not fitted_classes:
+                self.classes_ = np.unique(y)
+            unknown = np.setdiff1d(y, self.classes_)
+            if unknown.size:
+                raise OrtBenchError(f"y has labels {unknown[:5].tolist()} not seen when fitting")
+            width = columns or len(self.classes_)
+            if len(self.classes_) > width:
+                raise OrtBenchError(
+                    f"y has {len(self.classes_)} classes, the model outputs {width}"
+                )
+            Y = np.zeros((len(y), width), dtype=np.float32)
+            Y[np.arange(len(y)), np.searchsorted(self.classes_, y)] = 1
+        else:
+            if not np.issubdtype(y.dtype, np.number):
+                raise OrtBenchError(f"y must be numeric, got dtype {y.dtype}")
+            if y.ndim not in (1, 2):
+                raise OrtBenchError(f"y must be 1-D or 2-D, got shape {y.shape}")
+            if not fitted_classes:
+                self._y_1d = y.ndim == 1
+            Y = np.ascontiguousarray(y.reshape(len(y), -1), dtype=np.float32)
+            if not np.isfinite(Y).all():
+                raise OrtBenchError("y contains NaN or infinity")
+            if columns is not None and Y.shape[1] != columns:
+                raise OrtBenchError(f"y has {Y.shape[1]} columns, the model outputs {columns}")
+        w = None
+        if sample_weight is not None:
+            w = np.ascontiguousarray(sample_weight, dtype=np.float32)
+            if w.shape != (len(X),):
+                raise OrtBenchError(f"sample_weight must have shape ({len(X)},), got {w.shape}")
+            if not np.isfinite(w).all() or (w < 0).any():
+                raise OrtBenchError("sample_weight must be finite and >= 0")
+        return X, Y, w
+
+    # -- evaluation ----------------------------------------------------------------------
+
+    def _validation_loss(self, X, Y, w) -> float:
+        """Loss on held-out data, without penalty, through the trainer's own loss graph."""
+        if getattr(self, "_val_sessions", None) is None:
+            options = self._session_options()
+            forward = weights_as_inputs(self._train_model, self.weights_)
+            loss = self._learning_loss().build_onnx_function(weighted=True)
+            self._val_sessions = (
+                onnxruntime.InferenceSession(
+                    forward.SerializeToString(), options, providers=self._providers()
+                ),
+                onnxruntime.InferenceSession(
+                    loss.SerializeToString(), options, providers=self._providers()
+                ),
+            )
+        forward, loss = self._val_sessions
+        feeds = {self._input.name: X, **self.get_state()}
+        predicted = forward.run(None, feeds)[0]
+        weights = w if w is not None else np.ones(len(X), dtype=np.float32)
+        return float(
+            loss.run(["loss"], {"expected": Y, "predicted": predicted, "weight": weights})[0]
+        )
+
+    def get_trained_onnx(self) -> onnx.ModelProto:
+        """The model as given (linear nodes rewritten) with the trained weights."""
+        self._check_fitted()
+        return set_initializers(self.model_, self.get_state())
+
+    @property
+    def trained_coef_(self) -> dict[str, np.ndarray]:
+        """Trained weights by name, as :meth:`get_state` returns them."""
+        return self.get_state()
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "train_losses_"):
+            raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
+
+    def _predictions(self, X) -> dict[str, np.ndarray]:
+        self._check_fitted()
+        X = _as_float_matrix(X, "X")
+        if getattr(self, "_predictor", None) is None:
+            self._predictor = onnxruntime.InferenceSession(
+                self.get_trained_onnx().SerializeToString(), providers=self._providers()
+            )
+        names = [o.name for o in self._predictor.get_outputs()]
+        wanted = [
+            n for n in names if n == self.output_name_ or not _is_sequence(self._predictor, n)
+        ]
+        if self.output_name_ not in names:
+            wanted.append(self.output_name_)
+        return dict(zip(wanted, self._predictor.run(wanted, {self._input.name: X})))
+
+    def predict(self, X) -> np.ndarray:
+        """Predictions: labels for classifiers, the trained output for regressors."""
+        outputs = self._predictions(X)
+        if self.is_classifier_:
+            proba = outputs[self.output_name_]
+            return self.classes_[np.argmax(proba[:, : len(self.classes_)], axis=1)]
+        predicted = outputs[self.output_name_]
+        return predicted.ravel() if self._y_1d and predicted.shape[1] == 1 else predicted
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities (classifiers only)."""
+        if not self.is_classifier_:
+            raise OrtBenchError("predict_proba needs a classifier (a log loss)")
+        return self._predictions(X)[self.output_name_]
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Accuracy for classifiers, R² for regressors, as scikit-learn defines them."""
+        if self.is_classifier_:
+            return float(accuracy_score(y, self.predict(X), sample_weight=sample_weight))
+        return float(r2_score(y, self.predict(X), sample_weight=sample_weight))
+
+    def save_onnx_graph(self, folder: str | os.PathLike) -> dict[str, str]:
+        """Write every graph the trainer runs into ``folder``; return name -> path."""
+        self._check_fitted()
+        os.makedirs(folder, exist_ok=True)
+        paths = {}
+        for name, model in self._graphs().items():
+            path = os.path.join(os.fspath(folder), f"{name}.onnx")
+            with open(path, "wb") as f:
+                f.write(model if isinstance(model, bytes) else model.SerializeToString())
+            paths[name] = path
+        return paths
+
+    def _graphs(self) -> dict:
+        raise NotImplementedError
+
+    def initial_state(self) -> dict[str, np.ndarray]:
+        """The weights the model came with (what a fit starts from)."""
+        model = rewrite_linear_nodes(load_model(self.model_onnx))
+        return get_initializers(model, check_weight_names(model, self.weights_to_train))
+
+
+def _is_sequence(session, name: str) -> bool:
+    out = next(o for o in session.get_outputs() if o.name == name)
+    return not out.type.startswith("tensor")
+
+
+def _declared_features(value) -> int | None:
+    dims = value.type.tensor_type.shape.dim
+    if len(dims) == 2 and dims[1].dim_value > 0:
+        return dims[1].dim_value
+    return None
+
+
+def _as_float_matrix(X, name: str) -> np.ndarray:
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise OrtBenchError(f"{name} must be a 2-D array, got shape {X.shape}")
+    if len(X) == 0:
+        raise OrtBenchError(f"{name} is empty")
+    if not np.issubdtype(X.dtype, np.number):
+        raise OrtBenchError(f"{name} must be numeric, got dtype {X.dtype}")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    if not np.isfinite(X).all():
+        raise OrtBenchError(f"{name} contains NaN or infinity")
+    return X

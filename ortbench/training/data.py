@@ -1,0 +1,70 @@
+"""Stage a data set once on the device and hand out per-batch OrtValues.
+
+On CPU each batch is an OrtValue viewing a slice of one contiguous host buffer: a new
+epoch shuffles rows into that buffer in place, so the batch OrtValues, their addresses
+and every binding made on them stay valid for the whole fit. On CUDA each batch owns a
+device buffer refreshed from the host buffer once per epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from onnxruntime.capi import _pybind_state as C
+from sklearn.utils import check_random_state
+
+from .runtime import ort_device, parse_device
+
+
+@dataclass
+class Batch:
+    """One batch: its OrtValues (X, y and optionally sample weights) and its length."""
+
+    values: tuple
+    length: int
+
+
+class BatchLoader:
+    """Yields the same :class:`Batch` objects every epoch, refilled in place."""
+
+    def __init__(
+        self,
+        arrays: list[np.ndarray],
+        batch_size: int,
+        device: str = "cpu",
+        shuffle: bool = False,
+        random_state=None,
+    ):
+        self._sources = arrays
+        self._host = [np.ascontiguousarray(a).copy() for a in arrays]
+        self.n_samples = len(arrays[0])
+        self.shuffle = shuffle
+        self._rng = check_random_state(random_state)
+        self._on_cpu = parse_device(device)[0] == "cpu"
+        self._device = ort_device(device)
+        bounds = [
+            (start, min(start + batch_size, self.n_samples))
+            for start in range(0, self.n_samples, batch_size)
+        ]
+        self._bounds = bounds
+        self.batches = [
+            Batch(tuple(self._ortvalue(h[s:e]) for h in self._host), e - s) for s, e in bounds
+        ]
+
+    def _ortvalue(self, view: np.ndarray) -> C.OrtValue:
+        if self._on_cpu:
+            return C.OrtValue.ortvalue_from_numpy(view, self._device)
+        return C.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(view), self._device)
+
+    def epoch(self) -> list[Batch]:
+        """The batches of the next epoch (rows shuffled in place when ``shuffle``)."""
+        if self.shuffle:
+            order = self._rng.permutation(self.n_samples)
+            for source, host in zip(self._sources, self._host):
+                np.take(source, order, axis=0, out=host)
+            if not self._on_cpu:
+                for batch, (s, e) in zip(self.batches, self._bounds):
+                    for value, host in zip(batch.values, self._host):
+                        value.update_inplace(np.ascontiguousarray(host[s:e]))
+        return self.batches

@@ -1,0 +1,162 @@
+"""Gradient graphs built by onnxruntime-training.
+
+:func:`onnx_derivative` gives a standalone graph (vector-Jacobian product) runnable by an
+InferenceSession; :func:`build_training_graph` gives the forward/backward model and the
+metadata a TrainingAgent needs.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import onnx
+from onnx import TensorProto, helper
+from onnxruntime.capi import _pybind_state as C
+
+from .errors import OrtBenchError
+from .graph_builder import GraphBuilder
+from .graph_tools import check_weight_names, load_model, rewrite_linear_nodes, weights_as_inputs
+from .runtime import check_training_build, first_line, quiet_logs
+
+
+class DerivativeOptions(enum.IntFlag):
+    """The seed's flags for :func:`onnx_derivative`, kept for compatibility."""
+
+    Zero = 0
+    KeepOutputs = 2
+    FillGrad = 4
+
+
+def onnx_derivative(
+    onx,
+    weights: list[str] | None = None,
+    inputs: list[str] | None = None,
+    keep_outputs: bool = False,
+    fill_grad: bool = False,
+    options: DerivativeOptions | None = None,
+) -> onnx.ModelProto:
+    """The gradient graph of a model with respect to its weights and/or inputs.
+
+    Inputs of the result: the model's inputs, each weight as an input, then ``<y>_grad``
+    for each float output ``y`` (the upstream gradient; absent with ``fill_grad``, which
+    takes it as ones). Outputs: ``<x>_grad`` for each differentiated input, then
+    ``<w>_grad`` for each weight, then the model's outputs when ``keep_outputs``.
+    By default the weights are :func:`trainable_initializers` and the inputs every float input.
+    """
+    check_training_build()
+    if options is not None:
+        keep_outputs = bool(options & DerivativeOptions.KeepOutputs)
+        fill_grad = bool(options & DerivativeOptions.FillGrad)
+    model = rewrite_linear_nodes(load_model(onx))
+    weights = check_weight_names(model, weights) if weights != [] else []
+    float_inputs = [i.name for i in model.graph.input if i.type.tensor_type.elem_type == 1]
+    if inputs is None:
+        inputs = float_inputs
+    for name in inputs:
+        if name not in float_inputs:
+            raise OrtBenchError(
+                f"unknown or non-float input {name!r}: expected among {float_inputs}"
+            )
+    if not inputs and not weights:
+        raise OrtBenchError("onnx_derivative needs at least one weight or input to differentiate")
+    model = weights_as_inputs(model, weights)
+    outputs = [o for o in model.graph.output if o.type.tensor_type.elem_type == 1]
+
+    b = GraphBuilder("vjp", prefix="ortbench_vjp_")
+    terms = []
+    for out in outputs:
+        if fill_grad:
+            terms.append(b.op("ReduceSum", out.name, keepdims=0))
+        else:
+            shape = [d.dim_value or d.dim_param or None for d in out.type.tensor_type.shape.dim]
+            upstream = b.input(f"ortbench_up_{out.name}", shape)
+            terms.append(b.op("ReduceSum", b.op("Mul", out.name, upstream), keepdims=0))
+    total = b.add_all(terms, name="ortbench_vjp_total")
+    model.graph.input.extend(b.inputs)
+    model.graph.initializer.extend(b.initializers)
+    model.graph.node.extend(b.nodes)
+    model.graph.output.append(helper.make_tensor_value_info(total, TensorProto.FLOAT, []))
+
+    quiet_logs()
+    try:
+        builder = C.GradientGraphBuilder(
+            model.SerializeToString(), {total}, set(inputs) | set(weights), total
+        )
+        builder.build()
+    except RuntimeError as e:
+        raise OrtBenchError(
+            f"onnxruntime cannot differentiate this model: {first_line(e)}"
+        ) from None
+    grad = onnx.load_model_from_string(builder.get_model())
+    wanted = [f"{n}_grad" for n in [*inputs, *weights]]
+    if keep_outputs:
+        wanted += [o.name for o in outputs]
+    _rename_upstream(grad, [o.name for o in outputs])
+    _keep_outputs(grad, wanted)
+    return grad
+
+
+def _rename_upstream(model: onnx.ModelProto, outputs: list[str]) -> None:
+    """Name the upstream-gradient inputs ``<y>_grad``; move clashing internal names aside."""
+    mapping = {}
+    for name in outputs:
+        mapping[f"{name}_grad"] = f"ortbench_internal_{name}_grad"
+        mapping[f"ortbench_up_{name}"] = f"{name}_grad"
+    graph = model.graph
+    for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        value.name = mapping.get(value.name, value.name)
+    for node in graph.node:
+        node.input[:] = [mapping.get(n, n) for n in node.input]
+        node.output[:] = [mapping.get(n, n) for n in node.output]
+
+
+def _keep_outputs(model: onnx.ModelProto, names: list[str]) -> None:
+    by_name = {o.name: o for o in model.graph.output}
+    kept = [by_name[n] for n in names]
+    del model.graph.output[:]
+    model.graph.output.extend(kept)
+
+
+@dataclass
+class TrainingGraph:
+    """What a TrainingAgent needs: the forward/backward model and its names."""
+
+    model: bytes
+    feed_names: list[str]
+    user_outputs: list[str]
+    n_forward_outputs: int
+    grad_names: list[str]
+
+
+def build_training_graph(onx: onnx.ModelProto, weights: list[str]) -> TrainingGraph:
+    """Build the forward/backward graph of ``onx`` (one output) for its ``weights``.
+
+    The weights become graph inputs: the trainer owns them as OrtValues and feeds them.
+    """
+    check_training_build()
+    model = weights_as_inputs(onx, weights)
+    config = C.OrtModuleGraphBuilderConfiguration()
+    config.initializer_names = weights
+    config.initializer_names_to_train = weights
+    config.input_names_require_grad = []
+    config.build_gradient_graph = True
+    quiet_logs()
+    builder = C.OrtModuleGraphBuilder()
+    try:
+        builder.initialize(model.SerializeToString(), config)
+        builder.build(C.TrainingGraphTransformerConfiguration())
+    except RuntimeError as e:
+        raise OrtBenchError(
+            f"onnxruntime cannot differentiate this model: {first_line(e)}"
+        ) from None
+    info = builder.get_graph_info()
+    gradient_model = builder.get_gradient_model()
+    feeds = [i.name for i in onnx.load_model_from_string(gradient_model).graph.input]
+    return TrainingGraph(
+        model=gradient_model,
+        feed_names=feeds,
+        user_outputs=list(info.user_output_names),
+        n_forward_outputs=len(info.user_output_names) + len(info.frontier_node_arg_map),
+        grad_names=list(info.initializer_grad_names_to_train),
+    )

@@ -1,0 +1,9 @@
+"""The one exception ortbench raises for a user's mistake."""
+
+
+class OrtBenchError(ValueError):
+    """A bad input or a failed run, explained in one line.
+
+    Subclasses ValueError so scikit-learn's tooling (GridSearchCV's error_score,
+    check_estimator) treats it as the estimator's own validation error.
+    """

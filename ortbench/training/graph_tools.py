@@ -1,0 +1,336 @@
+"""Graph surgery on the models users bring: loading, weights, linear nodes, outputs."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .errors import OrtBenchError
+from .runtime import MAX_IR_VERSION, MAX_OPSET
+
+_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+
+
+def load_model(model_onnx) -> onnx.ModelProto:
+    """Return a ModelProto from a ModelProto, serialized bytes or a path to a .onnx file.
+
+    The copy is adjusted to what onnxruntime 1.19.2 reads: IR version <= 10 and an ai.onnx
+    opset <= 21 (lowered only when every operator of the graph reads the same at 21).
+    """
+    if isinstance(model_onnx, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(model_onnx)
+    elif isinstance(model_onnx, bytes):
+        model = _parse(model_onnx, "the given bytes")
+    elif isinstance(model_onnx, (str, os.PathLike)):
+        path = os.fspath(model_onnx)
+        if not os.path.isfile(path):
+            raise OrtBenchError(f"model file not found: {path}")
+        with open(path, "rb") as f:
+            model = _parse(f.read(), path)
+    else:
+        raise OrtBenchError(
+            f"model_onnx must be an onnx.ModelProto, bytes or a path, got {type(model_onnx).__name__}"
+        )
+    if len(model.graph.node) == 0:
+        raise OrtBenchError("the ONNX model has no node")
+    _fit_opset(model)
+    return model
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as e:  # protobuf raises several types for garbage
+        raise OrtBenchError(f"{where} is not an ONNX model ({type(e).__name__})") from None
+    if not model.HasField("graph"):
+        raise OrtBenchError(f"{where} is not an ONNX model (no graph)")
+    return model
+
+
+def _fit_opset(model: onnx.ModelProto) -> None:
+    versions: dict[str, int] = {}
+    for opset in model.opset_import:
+        domain = "" if opset.domain == "ai.onnx" else opset.domain
+        versions[domain] = max(versions.get(domain, 0), opset.version)
+    main = versions.get("", MAX_OPSET)
+    if main > MAX_OPSET:
+        for node in model.graph.node:
+            if node.domain in ("", "ai.onnx") and _changed_after(node.op_type, main):
+                raise OrtBenchError(
+                    f"the model uses opset {main} ({node.op_type} changed after opset "
+                    f"{MAX_OPSET}); onnxruntime 1.19.2 reads opsets up to {MAX_OPSET}: "
+                    f"convert it again with target_opset={MAX_OPSET}"
+                )
+        versions[""] = MAX_OPSET
+    del model.opset_import[:]
+    model.opset_import.extend(helper.make_opsetid(d, v) for d, v in versions.items())
+    model.ir_version = min(model.ir_version or MAX_IR_VERSION, MAX_IR_VERSION)
+
+
+def _changed_after(op_type: str, version: int) -> bool:
+    try:
+        return onnx.defs.get_schema(op_type, version).since_version > MAX_OPSET
+    except onnx.defs.SchemaError:
+        return True
+
+
+def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
+    """Names of the float initializers that are parameters, in graph order.
+
+    Skips scalars and constants only ever used as the left side of a Sub, which is how
+    skl2onnx writes ``1 - p`` with its ``unity`` initializer.
+    """
+    consumers: dict[str, list[tuple[str, int]]] = {}
+    for node in onx.graph.node:
+        for position, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node.op_type, position))
+    names = []
+    for init in onx.graph.initializer:
+        if init.data_type not in _FLOAT_TYPES or len(init.dims) == 0:
+            continue
+        uses = consumers.get(init.name, [])
+        if uses and all(use == ("Sub", 0) for use in uses):
+            continue
+        names.append(init.name)
+    return names
+
+
+def get_initializers(onx: onnx.ModelProto, names: list[str] | None = None) -> dict:
+    """Initializer values as numpy arrays, all of them or the named ones."""
+    values = {i.name: numpy_helper.to_array(i) for i in onx.graph.initializer}
+    return values if names is None else {n: values[n] for n in names}
+
+
+def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[str]:
+    """The weights to train: the given names, checked, or the default choice."""
+    if weights is None:
+        weights = trainable_initializers(onx)
+        if not weights:
+            raise OrtBenchError("the model has nothing to train: no float initializer")
+        return weights
+    if isinstance(weights, str):
+        weights = [weights]
+    known = {i.name: i for i in onx.graph.initializer}
+    for name in weights:
+        if name not in known:
+            raise OrtBenchError(
+                f"unknown weight {name!r}: the model's initializers are {sorted(known)}"
+            )
+        if known[name].data_type not in _FLOAT_TYPES:
+            raise OrtBenchError(f"weight {name!r} is not a float tensor and cannot be trained")
+    if not weights:
+        raise OrtBenchError("the model has nothing to train: weights_to_train is empty")
+    return list(weights)
+
+
+def onnx_rename_weights(onx: onnx.ModelProto) -> onnx.ModelProto:
+    """Rename every initializer ``I<k>_<name>`` in graph order, so names sort in that order."""
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(onx)
+    mapping = {init.name: f"I{k}_{init.name}" for k, init in enumerate(renamed.graph.initializer)}
+    for init in renamed.graph.initializer:
+        init.name = mapping[init.name]
+    for node in renamed.graph.node:
+        node.input[:] = [mapping.get(name, name) for name in node.input]
+    return renamed
+
+
+def set_initializers(onx: onnx.ModelProto, values: dict) -> onnx.ModelProto:
+    """A copy of ``onx`` whose named initializers hold ``values``, dtypes kept."""
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    for init in model.graph.initializer:
+        if init.name in values:
+            dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
+            init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype), init.name))
+    return model
+
+
+def weights_as_inputs(onx: onnx.ModelProto, weights: list[str]) -> onnx.ModelProto:
+    """A copy where the named initializers become graph inputs (after the data inputs)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    kept = [i for i in graph.initializer if i.name not in weights]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    graph.input.extend(
+        helper.make_tensor_value_info(n, inits[n].data_type, list(inits[n].dims)) for n in weights
+    )
+    return model
+
+
+def training_output(onx: onnx.ModelProto) -> str:
+    """The output a loss applies to: the first float tensor output, looking through ZipMap."""
+    producers = {o: n for n in onx.graph.node for o in n.output}
+    for out in onx.graph.output:
+        node = producers.get(out.name)
+        if node is not None and node.op_type == "ZipMap":
+            return node.input[0]
+        tensor = out.type.tensor_type
+        if out.type.HasField("tensor_type") and tensor.elem_type in _FLOAT_TYPES:
+            return out.name
+    raise OrtBenchError("the model has no float output to train through")
+
+
+def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy with exactly these outputs and only the nodes needed to compute them."""
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    graph = model.graph
+    shapes = {v.name: v for v in list(graph.output) + list(graph.value_info)}
+    needed = set(names)
+    kept = []
+    for node in reversed(graph.node):
+        if needed.intersection(node.output):
+            kept.append(node)
+            needed.update(node.input)
+    del graph.node[:]
+    graph.node.extend(reversed(kept))
+    del graph.output[:]
+    graph.output.extend(
+        shapes[n] if n in shapes else helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+        for n in names
+    )
+    used = {name for node in graph.node for name in node.input}
+    kept_inits = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept_inits)
+    return model
+
+
+def rewrite_linear_nodes(onx: onnx.ModelProto) -> onnx.ModelProto:
+    """Rewrite ai.onnx.ml LinearRegressor / LinearClassifier nodes into trainable MatMul + Add.
+
+    skl2onnx stores a linear model's weights as node attributes, which leaves nothing to
+    train; the rewritten graph has the same outputs over initializers ``<node>_coef`` and
+    ``<node>_intercept``.
+    """
+    if not any(n.op_type in ("LinearRegressor", "LinearClassifier") for n in onx.graph.node):
+        return onx
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    graph = model.graph
+    nodes = []
+    for k, node in enumerate(graph.node):
+        if node.op_type == "LinearRegressor":
+            nodes.extend(_linear_regressor(node, k, graph))
+        elif node.op_type == "LinearClassifier":
+            nodes.extend(_linear_classifier(node, k, graph))
+        else:
+            nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    if not any(n.domain == "ai.onnx.ml" for n in graph.node):
+        kept = [o for o in model.opset_import if o.domain != "ai.onnx.ml"]
+        del model.opset_import[:]
+        model.opset_import.extend(kept)
+    return model
+
+
+def _attributes(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _linear_weights(node, k, graph, n_rows):
+    attrs = _attributes(node)
+    coef = np.asarray(attrs["coefficients"], dtype=np.float32).reshape(n_rows, -1).T
+    intercept = np.asarray(attrs.get("intercepts", np.zeros(n_rows)), dtype=np.float32)
+    base = node.name or f"linear{k}"
+    names = (f"{base}_coef", f"{base}_intercept")
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.ascontiguousarray(coef), names[0]),
+            numpy_helper.from_array(intercept.reshape(n_rows), names[1]),
+        ]
+    )
+    return attrs, base, names
+
+
+def _linear_regressor(node, k, graph):
+    attrs = _attributes(node)
+    if attrs.get("post_transform", b"NONE") not in (b"NONE", "NONE"):
+        raise OrtBenchError(f"LinearRegressor {node.name!r}: post_transform is not supported")
+    _, base, (coef, intercept) = _linear_weights(node, k, graph, int(attrs.get("targets", 1)))
+    return [
+        helper.make_node("MatMul", [node.input[0], coef], [f"{base}_matmul"]),
+        helper.make_node("Add", [f"{base}_matmul", intercept], [node.output[0]]),
+    ]
+
+
+def _linear_classifier(node, k, graph):
+    """Scores and labels as onnxruntime's LinearClassifier kernel computes them."""
+    attrs = _attributes(node)
+    labels = attrs.get("classlabels_ints")
+    if labels is None:
+        raise OrtBenchError(
+            f"LinearClassifier {node.name!r}: only integer class labels are supported"
+        )
+    n_rows = len(attrs["coefficients"]) // _n_features(graph, node)
+    attrs, base, (coef, intercept) = _linear_weights(node, k, graph, n_rows)
+    post = attrs.get("post_transform", b"NONE")
+    post = post.decode() if isinstance(post, bytes) else post
+    if post not in ("NONE", "LOGISTIC", "SOFTMAX"):
+        raise OrtBenchError(
+            f"LinearClassifier {node.name!r}: post_transform {post} is not supported"
+        )
+    label_out, score_out = node.output[0], node.output[1]
+    raw = f"{base}_raw"
+    out = [
+        helper.make_node("MatMul", [node.input[0], coef], [f"{base}_matmul"]),
+        helper.make_node("Add", [f"{base}_matmul", intercept], [raw]),
+    ]
+    classes = numpy_helper.from_array(np.asarray(labels, dtype=np.int64), f"{base}_classes")
+    graph.initializer.append(classes)
+    if n_rows == 1 and len(labels) == 2:
+        # binary with one row of coefficients: the positive class when the raw score > 0
+        one = numpy_helper.from_array(np.array([1.0], np.float32), f"{base}_one")
+        zero = numpy_helper.from_array(np.array([0.0], np.float32), f"{base}_zero")
+        graph.initializer.extend([one, zero])
+        positive = raw
+        if post == "LOGISTIC":
+            out.append(helper.make_node("Sigmoid", [raw], [f"{base}_sigmoid"]))
+            positive = f"{base}_sigmoid"
+            negative_op = helper.make_node("Sub", [one.name, positive], [f"{base}_neg"])
+        else:
+            negative_op = helper.make_node("Neg", [positive], [f"{base}_neg"])
+        out += [
+            negative_op,
+            helper.make_node("Concat", [f"{base}_neg", positive], [score_out], axis=1),
+            helper.make_node("Greater", [raw, zero.name], [f"{base}_gt"]),
+            helper.make_node("Cast", [f"{base}_gt"], [f"{base}_index"], to=TensorProto.INT64),
+        ]
+    else:
+        if post == "LOGISTIC":
+            out.append(helper.make_node("Sigmoid", [raw], [score_out]))
+        elif post == "SOFTMAX":
+            out.append(helper.make_node("Softmax", [raw], [score_out], axis=1))
+        else:
+            out.append(helper.make_node("Identity", [raw], [score_out]))
+        out.append(helper.make_node("ArgMax", [raw], [f"{base}_index"], axis=1, keepdims=1))
+    out += [
+        helper.make_node("Gather", [classes.name, f"{base}_index"], [f"{base}_label2d"]),
+        helper.make_node("Flatten", [f"{base}_label2d"], [f"{base}_flat"], axis=0),
+        helper.make_node("Squeeze", [f"{base}_flat", _axes0(graph, base)], [label_out]),
+    ]
+    return out
+
+
+def _axes0(graph, base):
+    name = f"{base}_axes0"
+    graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), name))
+    return name
+
+
+def _n_features(graph, node) -> int:
+    """Feature count of a linear node's input, read from the graph's declared shape."""
+    value = {v.name: v for v in graph.input}.get(node.input[0])
+    dims = value.type.tensor_type.shape.dim if value is not None else []
+    if len(dims) != 2 or dims[1].dim_value <= 0:
+        raise OrtBenchError(f"{node.op_type} {node.name!r}: its input needs a known feature count")
+    return dims[1].dim_value

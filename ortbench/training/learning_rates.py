@@ -1,0 +1,163 @@
+"""Learning rates and weight updates, with scikit-learn MLP's semantics.
+
+Modelled on scikit-learn's ``neural_network/_stochastic_optimizers.py``: a small object
+holds the schedule's state (the current rate ``value``) and says how weights move.
+For the forward/backward trainer the update is one fused ONNX graph over all weights
+(:meth:`BaseLearningRate.build_onnx_function`); for the full trainer the object names
+the on-device optimizer onnxruntime runs.
+
+- ``LearningRateSGD``: w += -lr * g
+- ``LearningRateSGDNesterov``: v = m * v - lr * g, then w += m * v - lr * g (Nesterov)
+  or w += v (classical momentum); velocities start at zero.
+- ``learning_rate='invscaling'``: at the end of each epoch lr = eta0 / (t + 1) ** power_t,
+  t being the number of samples seen so far.
+"""
+
+from __future__ import annotations
+
+import onnx
+from sklearn.base import BaseEstimator
+
+from .errors import OrtBenchError
+from .graph_builder import GraphBuilder
+from .penalties import BaseLearningPenalty, NoLearningPenalty, penalised
+
+_SCHEDULES = ("constant", "invscaling")
+
+
+class BaseLearningRate(BaseEstimator):
+    """Schedule state shared by every learning rate."""
+
+    #: Tensors of optimizer state kept per weight (velocities...).
+    n_states = 0
+
+    def __init__(
+        self, eta0: float = 0.01, learning_rate: str = "invscaling", power_t: float = 0.25
+    ):
+        self.eta0 = eta0
+        self.learning_rate = learning_rate
+        self.power_t = power_t
+
+    def check(self) -> None:
+        """Raise a one-line error for invalid hyper-parameters."""
+        if not self.eta0 > 0:
+            raise OrtBenchError(f"eta0 must be > 0, got {self.eta0}")
+        if self.learning_rate not in _SCHEDULES:
+            raise OrtBenchError(
+                f"learning_rate must be one of {_SCHEDULES}, got {self.learning_rate!r}"
+            )
+
+    def init_learning_rate(self) -> BaseLearningRate:
+        """Start the schedule: ``value`` is the rate of the first epoch."""
+        self.check()
+        self.value = float(self.eta0)
+        return self
+
+    def update_learning_rate(self, t: int) -> float:
+        """End of an epoch after ``t`` samples seen in all: the next epoch's rate."""
+        if self.learning_rate == "invscaling":
+            self.value = float(self.eta0) / (t + 1) ** self.power_t
+        return self.value
+
+    def update_nodes(self, b: GraphBuilder, lr: str, weight: str, grad: str, states: list[str]):
+        """Add the nodes updating one weight; return (new weight, new states)."""
+        raise NotImplementedError
+
+    def build_onnx_function(
+        self, weight_shapes: dict[str, list], penalty: BaseLearningPenalty | None = None
+    ) -> onnx.ModelProto:
+        """One graph updating every weight, the penalty's gradient fused in.
+
+        Inputs: ``learning_rate`` (scalar); for each weight ``<w>``: ``<w>`` (the weight),
+        ``<w>_grad`` (its loss gradient), then ``<w>_state<k>`` for each optimizer state.
+        Outputs: ``<w>_new`` and ``<w>_state<k>_new`` for each weight, then ``penalty``
+        (scalar) when the penalty is active.
+        """
+        penalty = penalty or NoLearningPenalty()
+        b = GraphBuilder(f"update_{type(self).__name__}")
+        lr = b.input("learning_rate", [])
+        penalties = []
+        outputs = []
+        for name, shape in weight_shapes.items():
+            weight = b.input(name, shape)
+            grad = b.input(f"{name}_grad", shape)
+            states = [b.input(f"{name}_state{k}", shape) for k in range(self.n_states)]
+            if penalty.is_active() and penalised(shape):
+                grad = penalty.gradient_nodes(b, weight, grad)
+                penalties.append(penalty.penalty_nodes(b, weight))
+            new_weight, new_states = self.update_nodes(b, lr, weight, grad, states)
+            outputs.append((b.op("Identity", new_weight, name=f"{name}_new"), shape))
+            outputs += [
+                (b.op("Identity", s, name=f"{name}_state{k}_new"), shape)
+                for k, s in enumerate(new_states)
+            ]
+        for name, shape in outputs:
+            b.output(name, shape)
+        if penalties:
+            b.output(b.add_all(penalties, name="penalty"), [])
+        return b.to_model()
+
+
+class LearningRateSGD(BaseLearningRate):
+    """Plain stochastic gradient descent: w += -lr * g."""
+
+    def update_nodes(self, b, lr, weight, grad, states):
+        return b.op("Sub", weight, b.op("Mul", grad, lr)), []
+
+
+class LearningRateSGDNesterov(BaseLearningRate):
+    """SGD with momentum, Nesterov's by default, as MLPRegressor(solver='sgd') runs it."""
+
+    n_states = 1
+
+    def __init__(
+        self,
+        eta0: float = 0.01,
+        learning_rate: str = "invscaling",
+        power_t: float = 0.25,
+        momentum: float = 0.9,
+        nesterov: bool = True,
+    ):
+        super().__init__(eta0=eta0, learning_rate=learning_rate, power_t=power_t)
+        self.momentum = momentum
+        self.nesterov = nesterov
+
+    def check(self) -> None:
+        super().check()
+        if not 0 <= self.momentum < 1:
+            raise OrtBenchError(f"momentum must be in [0, 1), got {self.momentum}")
+
+    def update_nodes(self, b, lr, weight, grad, states):
+        step = b.op("Mul", grad, lr)
+        momentum = b.const(self.momentum)
+        velocity = b.op("Sub", b.op("Mul", states[0], momentum), step)
+        if self.nesterov:
+            move = b.op("Sub", b.op("Mul", velocity, momentum), step)
+        else:
+            move = velocity
+        return b.op("Add", weight, move), [velocity]
+
+
+class LearningRateAdamW(BaseLearningRate):
+    """AdamW as onnxruntime's on-device optimizer runs it (full training only)."""
+
+    def __init__(
+        self,
+        eta0: float = 0.001,
+        learning_rate: str = "constant",
+        power_t: float = 0.25,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        weight_decay: float = 0.01,
+    ):
+        super().__init__(eta0=eta0, learning_rate=learning_rate, power_t=power_t)
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.epsilon = epsilon
+        self.weight_decay = weight_decay
+
+    def update_nodes(self, b, lr, weight, grad, states):
+        raise OrtBenchError(
+            "LearningRateAdamW runs only in FullTrainer (onnxruntime's own AdamW optimizer)"
+        )

@@ -1,0 +1,68 @@
+"""Append a loss (and a penalty) to a model: the graph full training differentiates."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+from .errors import OrtBenchError
+from .graph_builder import GraphBuilder
+from .graph_tools import load_model, training_output
+from .losses import loss_from_name, reduced_loss_nodes
+from .penalties import ElasticLearningPenalty
+
+
+def add_loss_output(
+    onx,
+    score_name: str = "squared_error",
+    loss_name: str = "loss",
+    label_name: str = "label",
+    weight_name: str | None = None,
+    penalty: dict | None = None,
+    output_name: str | None = None,
+    l1_weight: float = 0.5,
+    l2_weight: float = 0.5,
+) -> onnx.ModelProto:
+    """Return a model that also outputs a loss, first among its outputs.
+
+    The loss compares ``output_name`` (default: the model's first float output, looking
+    through ZipMap) with a new input ``label_name`` of the same shape (one-hot float labels
+    for ``score_name='log'``). ``weight_name`` adds a sample-weight input (n,) and makes the
+    loss a weighted mean. ``penalty={'coef': {'l1': a, 'l2': b}}`` adds
+    a * sum|coef| + b * sum(coef^2) for each named initializer.
+    """
+    model = load_model(onx)
+    graph = model.graph
+    predicted = output_name or training_output(model)
+    loss = loss_from_name(score_name, l1_weight, l2_weight)
+    inits = {i.name for i in graph.initializer}
+    for name in penalty or {}:
+        if name not in inits:
+            raise OrtBenchError(f"penalty on unknown initializer {name!r}")
+
+    b = GraphBuilder(graph.name, prefix=f"{loss_name}_")
+    shape = _declared_shape(model, predicted)
+    label = b.input(label_name, shape)
+    weight = b.input(weight_name, shape[:1]) if weight_name else None
+    terms = [reduced_loss_nodes(loss, b, label, predicted, weight)]
+    for name, coefs in (penalty or {}).items():
+        term = ElasticLearningPenalty(l1=coefs.get("l1", 0.0), l2=coefs.get("l2", 0.0))
+        terms.append(term.penalty_nodes(b, name))
+    b.add_all(terms, name=loss_name)
+
+    graph.input.extend(b.inputs)
+    graph.initializer.extend(b.initializers)
+    graph.node.extend(b.nodes)
+    outputs = list(graph.output)
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info(loss_name, onnx.TensorProto.FLOAT, []))
+    graph.output.extend(outputs)
+    return model
+
+
+def _declared_shape(model: onnx.ModelProto, name: str) -> list:
+    for value in list(model.graph.output) + list(model.graph.value_info):
+        if value.name == name and value.type.tensor_type.HasField("shape"):
+            dims = value.type.tensor_type.shape.dim
+            return [d.dim_value if d.dim_value > 0 else (d.dim_param or "N") for d in dims]
+    return ["N", "C"]

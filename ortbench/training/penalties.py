@@ -1,0 +1,69 @@
+"""Weight penalties (regularisation) and their gradients as ONNX nodes.
+
+A penalty applies to the coefficient matrices (weights of rank >= 2), never to biases,
+as scikit-learn's MLP does. Its nodes are fused into the update graph of the
+forward/backward trainer, so a penalty costs no extra onnxruntime run per step.
+"""
+
+from __future__ import annotations
+
+from sklearn.base import BaseEstimator
+
+from .graph_builder import GraphBuilder
+
+
+class BaseLearningPenalty(BaseEstimator):
+    """A penalty on weights: its value and its gradient."""
+
+    def is_active(self) -> bool:
+        """False when the penalty adds nothing (no node is emitted then)."""
+        return True
+
+    def penalty_nodes(self, b: GraphBuilder, weight: str) -> str:
+        """Add nodes computing the penalty of one weight; return the scalar's name."""
+        raise NotImplementedError
+
+    def gradient_nodes(self, b: GraphBuilder, weight: str, grad: str) -> str:
+        """Add nodes adding the penalty's gradient to ``grad``; return the new gradient."""
+        raise NotImplementedError
+
+
+class NoLearningPenalty(BaseLearningPenalty):
+    """No regularisation."""
+
+    def is_active(self) -> bool:
+        return False
+
+    def penalty_nodes(self, b, weight):
+        raise AssertionError("NoLearningPenalty emits no node")
+
+    def gradient_nodes(self, b, weight, grad):
+        return grad
+
+
+class ElasticLearningPenalty(BaseLearningPenalty):
+    """l1 * sum|W| + l2 * sum(W^2); gradient l1 * sign(W) + 2 * l2 * W."""
+
+    def __init__(self, l1: float = 0.5, l2: float = 0.5):
+        self.l1 = l1
+        self.l2 = l2
+
+    def is_active(self) -> bool:
+        return self.l1 != 0 or self.l2 != 0
+
+    def penalty_nodes(self, b, weight):
+        l1 = b.op("Mul", b.op("ReduceSum", b.op("Abs", weight), keepdims=0), b.const(self.l1))
+        l2 = b.op(
+            "Mul", b.op("ReduceSum", b.op("Mul", weight, weight), keepdims=0), b.const(self.l2)
+        )
+        return b.op("Add", l1, l2)
+
+    def gradient_nodes(self, b, weight, grad):
+        g1 = b.op("Mul", b.op("Sign", weight), b.const(self.l1))
+        g2 = b.op("Mul", weight, b.const(2 * self.l2))
+        return b.op("Add", grad, b.op("Add", g1, g2))
+
+
+def penalised(shape) -> bool:
+    """Whether a weight of this shape is penalised: matrices yes, vectors and biases no."""
+    return len(shape) >= 2

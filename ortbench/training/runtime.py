@@ -1,0 +1,149 @@
+"""Everything ortbench asks of the installed onnxruntime build, in one place.
+
+onnxruntime-training 1.19.2 imports torch from ``onnxruntime/training/__init__.py``
+(microsoft/onnxruntime#22070), although the pieces the engine uses (``artifacts``,
+``onnxblock``, ``api``) never need it. When torch is absent, :func:`training_module`
+registers an empty package object for ``onnxruntime.training`` whose ``__path__`` points
+at the real folder, so its submodules import without running that ``__init__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import sys
+import types
+from collections.abc import Iterator
+from functools import cache
+
+import onnxruntime
+from onnxruntime.capi import _pybind_state as C
+
+from .errors import OrtBenchError
+
+#: Highest ai.onnx opset and IR version onnxruntime 1.19.2 reads.
+MAX_OPSET = 21
+MAX_IR_VERSION = 10
+
+
+@cache
+def training_module(name: str) -> types.ModuleType:
+    """Import ``onnxruntime.training.<name>`` with or without torch installed."""
+    full = f"onnxruntime.training.{name}"
+    if importlib.util.find_spec("torch") is None and "onnxruntime.training" not in sys.modules:
+        spec = importlib.util.find_spec("onnxruntime.training")
+        if spec is None or spec.submodule_search_locations is None:
+            raise OrtBenchError(runtime_problem() or "onnxruntime.training is not installed")
+        shell = types.ModuleType("onnxruntime.training")
+        shell.__path__ = list(spec.submodule_search_locations)
+        sys.modules["onnxruntime.training"] = shell
+    return importlib.import_module(full)
+
+
+def runtime_problem() -> str | None:
+    """Say what is wrong with the installed onnxruntime for training, or None."""
+    if not hasattr(C, "TrainingAgent") or not hasattr(C, "Module"):
+        return (
+            f"onnxruntime {onnxruntime.__version__} is installed without training support: "
+            "install onnxruntime-training-cpu==1.19.2 and make sure no plain onnxruntime "
+            "package overwrote it"
+        )
+    return None
+
+
+def check_training_build() -> None:
+    """Raise a one-line error unless the training build of onnxruntime is installed."""
+    problem = runtime_problem()
+    if problem:
+        raise OrtBenchError(problem)
+
+
+def parse_device(device: str) -> tuple[str, int]:
+    """Split ``'cpu'``, ``'cuda'`` or ``'cuda:N'`` into a kind and an index."""
+    if not isinstance(device, str):
+        raise OrtBenchError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
+        raise OrtBenchError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return kind, int(index or 0)
+
+
+def check_device(device: str) -> None:
+    """Raise a one-line error when the installed runtime cannot run on ``device``."""
+    kind, _ = parse_device(device)
+    if kind == "cuda" and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        raise OrtBenchError(
+            f"device {device!r} is not available: the installed onnxruntime "
+            f"{onnxruntime.__version__} offers {onnxruntime.get_available_providers()}; CUDA "
+            "training needs the onnxruntime-training 1.19.2 CUDA build (CUDA 12, Python <= 3.11)"
+        )
+
+
+def ort_device(device: str) -> C.OrtDevice:
+    """The C-level OrtDevice for a device string."""
+    kind, index = parse_device(device)
+    device_type = C.OrtDevice.cuda() if kind == "cuda" else C.OrtDevice.cpu()
+    return C.OrtDevice(device_type, C.OrtDevice.default_memory(), index)
+
+
+def providers(device: str) -> list:
+    """Execution providers for a device string, CPU last as the fallback."""
+    kind, index = parse_device(device)
+    if kind == "cuda":
+        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def session_options(intra_op_threads: int | None = None) -> onnxruntime.SessionOptions:
+    """Session options shared by every session a trainer creates.
+
+    ``intra_op_threads=None`` keeps onnxruntime's default pool; small batches often run
+    faster on one thread because handing a tiny kernel to a pool costs more than it saves.
+    """
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    if intra_op_threads is not None:
+        options.intra_op_num_threads = intra_op_threads
+    return options
+
+
+def quiet_logs() -> None:
+    """Silence onnxruntime's informational logging."""
+    onnxruntime.set_default_logger_severity(3)
+
+
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """Mute what native code writes to stderr while building training graphs.
+
+    onnxblock builds its gradient graph with a logger at info level that prints one line
+    per graph transformer; failures still surface as exceptions.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def cpu_scalar(array) -> C.OrtValue:
+    """An OrtValue viewing a 0-d numpy array in host memory.
+
+    Learning rates, losses and penalties live there on every device: the trainer reads
+    or writes them through numpy, and onnxruntime copies a scalar across on CUDA.
+    """
+    return C.OrtValue.ortvalue_from_numpy(array, ort_device("cpu"))
+
+
+def first_line(error: Exception) -> str:
+    """The part of an onnxruntime error message that names the problem, on one line."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    for marker in ("was false. ", "] : "):
+        text = text.split(marker)[-1]
+    return text[:300]
