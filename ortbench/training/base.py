@@ -23,7 +23,6 @@ from .errors import OrtBenchError
 from .graph_tools import (
     check_weight_names,
     get_initializers,
-    load_model,
     rewrite_linear_nodes,
     select_outputs,
     set_initializers,
@@ -73,6 +72,18 @@ class BaseTrainer(BaseEstimator):
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         """Overwrite trained weights by name."""
         raise NotImplementedError
+
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+        """scikit-learn's repr, with the model summarised instead of printed as protobuf text."""
+        model = self.model_onnx
+        if isinstance(model, onnx.ModelProto):
+            summary = _ModelSummary(model)
+            try:
+                self.model_onnx = summary
+                return super().__repr__(N_CHAR_MAX)
+            finally:
+                self.model_onnx = model
+        return super().__repr__(N_CHAR_MAX)
 
     # -- fit ---------------------------------------------------------------------------
 
@@ -162,7 +173,7 @@ class BaseTrainer(BaseEstimator):
 
     def _prepare_model(self) -> None:
         """Load the model and decide what to train through."""
-        model = rewrite_linear_nodes(load_model(self.model_onnx))
+        model = rewrite_linear_nodes(self.model_onnx)
         self.model_ = model
         self.weights_ = check_weight_names(model, self.weights_to_train)
         data_inputs = [i for i in model.graph.input if i.name not in self.weights_]
@@ -270,16 +281,22 @@ class BaseTrainer(BaseEstimator):
         self._check_fitted()
         X = _as_float_matrix(X, "X")
         if getattr(self, "_predictor", None) is None:
+            model = self.get_trained_onnx()
+            if self.output_name_ not in [o.name for o in model.graph.output]:
+                # trained through a tensor behind ZipMap: expose it too
+                model.graph.output.append(
+                    onnx.helper.make_tensor_value_info(
+                        self.output_name_, onnx.TensorProto.FLOAT, None
+                    )
+                )
             self._predictor = onnxruntime.InferenceSession(
-                self.get_trained_onnx().SerializeToString(), providers=self._providers()
+                model.SerializeToString(), providers=self._providers()
             )
-        names = [o.name for o in self._predictor.get_outputs()]
-        wanted = [
-            n for n in names if n == self.output_name_ or not _is_sequence(self._predictor, n)
-        ]
-        if self.output_name_ not in names:
-            wanted.append(self.output_name_)
-        return dict(zip(wanted, self._predictor.run(wanted, {self._input.name: X})))
+            self._predicted_names = [
+                o.name for o in self._predictor.get_outputs() if o.type.startswith("tensor")
+            ]
+        names = self._predicted_names
+        return dict(zip(names, self._predictor.run(names, {self._input.name: X})))
 
     def predict(self, X) -> np.ndarray:
         """Predictions: labels for classifiers, the trained output for regressors."""
@@ -319,13 +336,16 @@ class BaseTrainer(BaseEstimator):
 
     def initial_state(self) -> dict[str, np.ndarray]:
         """The weights the model came with (what a fit starts from)."""
-        model = rewrite_linear_nodes(load_model(self.model_onnx))
+        model = rewrite_linear_nodes(self.model_onnx)
         return get_initializers(model, check_weight_names(model, self.weights_to_train))
 
 
-def _is_sequence(session, name: str) -> bool:
-    out = next(o for o in session.get_outputs() if o.name == name)
-    return not out.type.startswith("tensor")
+class _ModelSummary:
+    def __init__(self, model: onnx.ModelProto):
+        self.text = f"<ModelProto {model.graph.name!r}: {len(model.graph.node)} nodes>"
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def _declared_features(value) -> int | None:

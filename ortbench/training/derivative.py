@@ -16,7 +16,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
-from .graph_tools import check_weight_names, load_model, rewrite_linear_nodes, weights_as_inputs
+from .graph_tools import check_weight_names, rewrite_linear_nodes, weights_as_inputs
 from .runtime import check_training_build, first_line, quiet_logs
 
 
@@ -48,7 +48,7 @@ def onnx_derivative(
     if options is not None:
         keep_outputs = bool(options & DerivativeOptions.KeepOutputs)
         fill_grad = bool(options & DerivativeOptions.FillGrad)
-    model = rewrite_linear_nodes(load_model(onx))
+    model = rewrite_linear_nodes(onx)
     weights = check_weight_names(model, weights) if weights != [] else []
     float_inputs = [i.name for i in model.graph.input if i.type.tensor_type.elem_type == 1]
     if inputs is None:

@@ -17,7 +17,7 @@ from .base import BaseTrainer
 from .data import BatchLoader
 from .derivative import build_training_graph
 from .errors import OrtBenchError
-from .graph_tools import get_initializers
+from .graph_tools import bias_names, get_initializers
 from .iobinding import CachedBinding, make_session
 from .learning_rates import BaseLearningRate, LearningRateAdamW
 from .losses import BaseLearningLoss, SquareLearningLoss
@@ -105,7 +105,8 @@ class ForwardBackwardTrainer(BaseTrainer):
         initial = get_initializers(self._train_model, self.weights_)
         shapes = {name: list(value.shape) for name, value in initial.items()}
         penalty = self._penalty()
-        self._update_model = self.learning_rate_.build_onnx_function(shapes, penalty)
+        biases = bias_names(self._train_model, self.weights_)
+        self._update_model = self.learning_rate_.build_onnx_function(shapes, penalty, biases)
         update = make_session(
             self._update_model.SerializeToString(), self.device, options, providers
         )
@@ -219,7 +220,8 @@ class ForwardBackwardTrainer(BaseTrainer):
 
     def get_state(self) -> dict[str, np.ndarray]:
         self._check_built()
-        return {n: v.numpy() for n, v in zip(self.weights_, self._buffers[self._parity])}
+        # OrtValue.numpy() may view the buffer: copy so the state outlives the trainer
+        return {n: v.numpy().copy() for n, v in zip(self.weights_, self._buffers[self._parity])}
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         self._check_built()

@@ -183,7 +183,7 @@ class FullTrainer(BaseTrainer):
 
     def get_state(self) -> dict[str, np.ndarray]:
         self._check_built()
-        return {n: self._state.get_parameter(n).data.numpy() for n in self.weights_}
+        return {n: self._state.get_parameter(n).data.numpy().copy() for n in self.weights_}
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         self._check_built()

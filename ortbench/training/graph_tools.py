@@ -99,6 +99,20 @@ def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
     return names
 
 
+def bias_names(onx: onnx.ModelProto, weights: list[str]) -> set[str]:
+    """The weights used only as an additive term (Add, or Gemm's C): biases, never penalised."""
+    uses: dict[str, set] = {name: set() for name in weights}
+    for node in onx.graph.node:
+        for position, name in enumerate(node.input):
+            if name in uses:
+                uses[name].add(
+                    "bias"
+                    if node.op_type == "Add" or (node.op_type == "Gemm" and position == 2)
+                    else "other"
+                )
+    return {name for name, kinds in uses.items() if kinds == {"bias"}}
+
+
 def get_initializers(onx: onnx.ModelProto, names: list[str] | None = None) -> dict:
     """Initializer values as numpy arrays, all of them or the named ones."""
     values = {i.name: numpy_helper.to_array(i) for i in onx.graph.initializer}
@@ -204,17 +218,16 @@ def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     return model
 
 
-def rewrite_linear_nodes(onx: onnx.ModelProto) -> onnx.ModelProto:
-    """Rewrite ai.onnx.ml LinearRegressor / LinearClassifier nodes into trainable MatMul + Add.
+def rewrite_linear_nodes(onx) -> onnx.ModelProto:
+    """Load a model and rewrite its ai.onnx.ml LinearRegressor / LinearClassifier nodes.
 
     skl2onnx stores a linear model's weights as node attributes, which leaves nothing to
-    train; the rewritten graph has the same outputs over initializers ``<node>_coef`` and
-    ``<node>_intercept``.
+    train; the rewritten graph has the same outputs from MatMul + Add over initializers
+    ``<node>_coef`` and ``<node>_intercept``. Accepts what :func:`load_model` accepts.
     """
-    if not any(n.op_type in ("LinearRegressor", "LinearClassifier") for n in onx.graph.node):
-        return onx
-    model = onnx.ModelProto()
-    model.CopyFrom(onx)
+    model = load_model(onx)
+    if not any(n.op_type in ("LinearRegressor", "LinearClassifier") for n in model.graph.node):
+        return model
     graph = model.graph
     nodes = []
     for k, node in enumerate(graph.node):
@@ -289,16 +302,14 @@ def _linear_classifier(node, k, graph):
     graph.initializer.append(classes)
     if n_rows == 1 and len(labels) == 2:
         # binary with one row of coefficients: the positive class when the raw score > 0
-        one = numpy_helper.from_array(np.array([1.0], np.float32), f"{base}_one")
-        zero = numpy_helper.from_array(np.array([0.0], np.float32), f"{base}_zero")
+        # scalars: constants, never mistaken for weights by trainable_initializers
+        one = numpy_helper.from_array(np.array(1.0, np.float32), f"{base}_one")
+        zero = numpy_helper.from_array(np.array(0.0, np.float32), f"{base}_zero")
         graph.initializer.extend([one, zero])
+        # onnxruntime 1.19's kernel writes [1 - s, s] with s the raw score here, whatever
+        # post_transform says (checked against the kernel in the tests)
         positive = raw
-        if post == "LOGISTIC":
-            out.append(helper.make_node("Sigmoid", [raw], [f"{base}_sigmoid"]))
-            positive = f"{base}_sigmoid"
-            negative_op = helper.make_node("Sub", [one.name, positive], [f"{base}_neg"])
-        else:
-            negative_op = helper.make_node("Neg", [positive], [f"{base}_neg"])
+        negative_op = helper.make_node("Sub", [one.name, positive], [f"{base}_neg"])
         out += [
             negative_op,
             helper.make_node("Concat", [f"{base}_neg", positive], [score_out], axis=1),

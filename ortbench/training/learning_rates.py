@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator
 
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
-from .penalties import BaseLearningPenalty, NoLearningPenalty, penalised
+from .penalties import BaseLearningPenalty, NoLearningPenalty
 
 _SCHEDULES = ("constant", "invscaling")
 
@@ -64,14 +64,17 @@ class BaseLearningRate(BaseEstimator):
         raise NotImplementedError
 
     def build_onnx_function(
-        self, weight_shapes: dict[str, list], penalty: BaseLearningPenalty | None = None
+        self,
+        weight_shapes: dict[str, list],
+        penalty: BaseLearningPenalty | None = None,
+        biases: set[str] = frozenset(),
     ) -> onnx.ModelProto:
         """One graph updating every weight, the penalty's gradient fused in.
 
         Inputs: ``learning_rate`` (scalar); for each weight ``<w>``: ``<w>`` (the weight),
         ``<w>_grad`` (its loss gradient), then ``<w>_state<k>`` for each optimizer state.
         Outputs: ``<w>_new`` and ``<w>_state<k>_new`` for each weight, then ``penalty``
-        (scalar) when the penalty is active.
+        (scalar) when the penalty is active. ``biases`` are left out of the penalty.
         """
         penalty = penalty or NoLearningPenalty()
         b = GraphBuilder(f"update_{type(self).__name__}")
@@ -82,7 +85,7 @@ class BaseLearningRate(BaseEstimator):
             weight = b.input(name, shape)
             grad = b.input(f"{name}_grad", shape)
             states = [b.input(f"{name}_state{k}", shape) for k in range(self.n_states)]
-            if penalty.is_active() and penalised(shape):
+            if penalty.is_active() and name not in biases:
                 grad = penalty.gradient_nodes(b, weight, grad)
                 penalties.append(penalty.penalty_nodes(b, weight))
             new_weight, new_states = self.update_nodes(b, lr, weight, grad, states)

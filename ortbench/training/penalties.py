@@ -1,7 +1,7 @@
 """Weight penalties (regularisation) and their gradients as ONNX nodes.
 
-A penalty applies to the coefficient matrices (weights of rank >= 2), never to biases,
-as scikit-learn's MLP does. Its nodes are fused into the update graph of the
+A penalty applies to coefficients, never to biases (weights only ever added), as
+scikit-learn's MLP does. Its nodes are fused into the update graph of the
 forward/backward trainer, so a penalty costs no extra onnxruntime run per step.
 """
 
@@ -62,8 +62,3 @@ class ElasticLearningPenalty(BaseLearningPenalty):
         g1 = b.op("Mul", b.op("Sign", weight), b.const(self.l1))
         g2 = b.op("Mul", weight, b.const(2 * self.l2))
         return b.op("Add", grad, b.op("Add", g1, g2))
-
-
-def penalised(shape) -> bool:
-    """Whether a weight of this shape is penalised: matrices yes, vectors and biases no."""
-    return len(shape) >= 2

@@ -1,0 +1,33 @@
+"""Shared data and models: small, generated, and built once per session."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from skl2onnx import to_onnx
+from sklearn.datasets import make_regression
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.neural_network import MLPRegressor
+
+
+def fitted_mlp(X, y, hidden=(6, 4), **kwargs) -> MLPRegressor:
+    """An MLPRegressor with weights set by one SGD epoch (no convergence warning)."""
+    params = dict(hidden_layer_sizes=hidden, solver="sgd", max_iter=1, random_state=0)
+    params.update(kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return MLPRegressor(**params).fit(X, y)
+
+
+@pytest.fixture(scope="session")
+def regression():
+    X, y = make_regression(120, n_features=5, noise=0.1, bias=2, random_state=0)
+    return X.astype(np.float32), (y / 50).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def mlp_onnx(regression):
+    X, y = regression
+    return to_onnx(fitted_mlp(X, y), X[:1])

@@ -1,0 +1,162 @@
+"""Every bad input gets a one-line OrtBenchError raised by ortbench, never a raw runtime error."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from ortbench.training import (
+    ForwardBackwardTrainer,
+    FullTrainer,
+    LearningRateSGD,
+    LearningRateSGDNesterov,
+    OrtBenchError,
+    onnx_derivative,
+    runtime,
+)
+
+TRAINERS = [FullTrainer, ForwardBackwardTrainer]
+
+
+def raises_one_line(match: str):
+    class _Check:
+        def __enter__(self):
+            self._ctx = pytest.raises(OrtBenchError, match=match)
+            self.info = self._ctx.__enter__()
+            return self.info
+
+        def __exit__(self, *exc):
+            result = self._ctx.__exit__(*exc)
+            assert "\n" not in str(self.info.value)
+            return result
+
+    return _Check()
+
+
+@pytest.fixture(params=TRAINERS, ids=lambda t: t.__name__)
+def trainer(request):
+    return request.param
+
+
+def test_file_that_is_not_onnx(trainer, tmp_path, regression):
+    X, y = regression
+    path = tmp_path / "model.onnx"
+    path.write_text("certainly not protobuf \x00\x01")
+    with raises_one_line("is not an ONNX model"):
+        trainer(str(path)).fit(X, y)
+    with raises_one_line("model file not found"):
+        trainer(str(tmp_path / "missing.onnx")).fit(X, y)
+    with raises_one_line("must be an onnx.ModelProto"):
+        trainer(42).fit(X, y)
+
+
+def test_model_with_nothing_to_train(trainer, regression):
+    X, y = regression
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["Y"])],
+        "identity",
+        [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [None, 5])],
+        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [None, 5])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with raises_one_line("nothing to train"):
+        trainer(model).fit(X, y)
+
+
+def test_unknown_weight_name(trainer, regression, mlp_onnx):
+    X, y = regression
+    with raises_one_line("unknown weight 'nope'"):
+        trainer(mlp_onnx, weights_to_train=["coefficient", "nope"]).fit(X, y)
+    with raises_one_line("unknown weight 'nope'"):
+        onnx_derivative(mlp_onnx, weights=["nope"])
+
+
+@pytest.mark.parametrize(
+    ("X_change", "y_change", "match"),
+    [
+        (lambda X: X[:, :3], None, "X has 3 features, the model expects 5"),
+        (lambda X: X.ravel(), None, "X must be a 2-D array"),
+        (lambda X: X.astype(str), None, "X must be numeric"),
+        (lambda X: np.where(X > 1, np.nan, X), None, "X contains NaN or infinity"),
+        (lambda X: np.where(X > 1, np.inf, X), None, "X contains NaN or infinity"),
+        (None, lambda y: y[:-3], "X has 120 rows but y has 117"),
+        (None, lambda y: np.c_[y, y], "y has 2 columns, the model outputs 1"),
+        (None, lambda y: np.where(y > 1, np.nan, y), "y contains NaN or infinity"),
+        (None, lambda y: y.astype(str), "y must be numeric"),
+    ],
+)
+def test_bad_data(trainer, regression, mlp_onnx, X_change, y_change, match):
+    X, y = regression
+    X = X_change(X) if X_change else X
+    y = y_change(y) if y_change else y
+    with raises_one_line(match):
+        trainer(mlp_onnx).fit(X, y)
+
+
+def test_bad_sample_weight(trainer, regression, mlp_onnx):
+    X, y = regression
+    with raises_one_line(r"sample_weight must have shape \(120,\)"):
+        trainer(mlp_onnx).fit(X, y, sample_weight=np.ones(3))
+    with raises_one_line("sample_weight must be finite"):
+        trainer(mlp_onnx).fit(X, y, sample_weight=-np.ones(120))
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5, True])
+def test_batch_size_below_one(trainer, regression, mlp_onnx, batch_size):
+    X, y = regression
+    with raises_one_line("batch_size must be an integer >= 1"):
+        trainer(mlp_onnx, batch_size=batch_size).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    ("device", "match"),
+    [
+        ("cuda", "device 'cuda' is not available: the installed onnxruntime 1.19.2 offers"),
+        ("cuda:1", "CUDA training needs the onnxruntime-training 1.19.2 CUDA build"),
+        ("tpu", "device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'"),
+        ("cpu:0", "device must be"),
+    ],
+)
+def test_device_not_available(trainer, regression, mlp_onnx, device, match):
+    X, y = regression
+    with raises_one_line(match):
+        trainer(mlp_onnx, device=device).fit(X, y)
+
+
+def test_bad_learning_rates(regression, mlp_onnx):
+    X, y = regression
+    with raises_one_line("eta0 must be > 0"):
+        ForwardBackwardTrainer(mlp_onnx, learning_rate=LearningRateSGD(eta0=0)).fit(X, y)
+    with raises_one_line("learning_rate must be one of"):
+        ForwardBackwardTrainer(mlp_onnx, learning_rate=LearningRateSGD(learning_rate="x")).fit(X, y)
+    with raises_one_line("use ForwardBackwardTrainer for momentum"):
+        FullTrainer(mlp_onnx, learning_rate=LearningRateSGDNesterov()).fit(X, y)
+    with raises_one_line("unknown loss 'hinge'"):
+        FullTrainer(mlp_onnx, loss="hinge").fit(X, y)
+
+
+def test_divergence_names_the_epoch_and_keeps_finite_weights(trainer, regression, mlp_onnx):
+    X, y = regression
+    model = trainer(
+        mlp_onnx, learning_rate=LearningRateSGD(50.0, learning_rate="constant"), max_iter=30
+    )
+    with raises_one_line(r"training diverged at epoch \d+") as info:
+        model.fit(X, y * 1000)
+    epoch = int(str(info.value).split("epoch ")[1].split(":")[0])
+    assert len(model.train_losses_) == epoch - 1  # the finite epochs before it
+    state = model.get_state()
+    assert all(np.isfinite(v).all() for v in state.values())
+
+
+def test_not_fitted(trainer, regression, mlp_onnx):
+    X, _ = regression
+    with raises_one_line("not fitted yet"):
+        trainer(mlp_onnx).predict(X)
+
+
+def test_runtime_without_training_support(monkeypatch):
+    monkeypatch.delattr(runtime.C, "TrainingAgent")
+    with raises_one_line("installed without training support: install onnxruntime-training-cpu"):
+        runtime.check_training_build()

@@ -1,0 +1,266 @@
+"""Graph tools, gradient graphs and loss graphs against numpy and finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import helper, numpy_helper
+from skl2onnx import to_onnx
+from sklearn.linear_model import LinearRegression, LogisticRegression, SGDRegressor
+from sklearn.neural_network import MLPClassifier
+
+from ortbench.training import (
+    AbsoluteLearningLoss,
+    DerivativeOptions,
+    ElasticLearningLoss,
+    ElasticLearningPenalty,
+    LearningRateSGDNesterov,
+    NegLogLearningLoss,
+    SquareLearningLoss,
+    add_loss_output,
+    onnx_derivative,
+    onnx_rename_weights,
+    rewrite_linear_nodes,
+    trainable_initializers,
+)
+from ortbench.training.graph_tools import load_model
+
+
+def run(model: onnx.ModelProto, feeds: dict) -> list:
+    return onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
+
+
+def initializers(model) -> dict:
+    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+
+
+def test_trainable_initializers_skip_constants(regression):
+    X, y = regression
+    onx = to_onnx(MLPClassifier(hidden_layer_sizes=(3,), max_iter=2).fit(X, y > 0), X[:1])
+    assert "unity" in initializers(onx)
+    assert trainable_initializers(onx) == [
+        "coefficient",
+        "intercepts",
+        "coefficient1",
+        "intercepts1",
+    ]
+    renamed = onnx_rename_weights(onx)
+    assert [i.name for i in renamed.graph.initializer][:2] == ["I0_coefficient", "I1_intercepts"]
+    np.testing.assert_array_equal(run(renamed, {"X": X})[1], run(onx, {"X": X})[1])
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [LinearRegression(), SGDRegressor(max_iter=5, tol=None)],
+    ids=["LinearRegression", "SGDRegressor"],
+)
+def test_linear_regressor_rewritten_into_trainable_nodes(estimator, regression):
+    X, y = regression
+    onx = to_onnx(estimator.fit(X, y), X[:1])
+    assert [n.op_type for n in onx.graph.node] == ["LinearRegressor"]
+    rewritten = rewrite_linear_nodes(onx)
+    assert {n.op_type for n in rewritten.graph.node} == {"MatMul", "Add"}
+    assert len(trainable_initializers(rewritten)) == 2
+    np.testing.assert_allclose(
+        run(rewritten, {"X": X})[0].ravel(), estimator.predict(X), rtol=1e-4, atol=1e-4
+    )
+
+
+def binary_linear_classifier(post_transform: str) -> onnx.ModelProto:
+    """One LinearClassifier node with a single row of coefficients, as a binary model has."""
+    node = helper.make_node(
+        "LinearClassifier",
+        ["X"],
+        ["label", "scores"],
+        domain="ai.onnx.ml",
+        coefficients=[0.5, -1.0, 0.25, 2.0, -0.5],
+        intercepts=[0.1],
+        classlabels_ints=[3, 7],
+        post_transform=post_transform,
+    )
+    graph = helper.make_graph(
+        [node],
+        "binary",
+        [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [None, 5])],
+        [
+            helper.make_tensor_value_info("label", onnx.TensorProto.INT64, [None]),
+            helper.make_tensor_value_info("scores", onnx.TensorProto.FLOAT, [None, 2]),
+        ],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+@pytest.mark.parametrize(
+    "make_model",
+    [
+        lambda X, y: binary_linear_classifier("NONE"),
+        lambda X, y: binary_linear_classifier("LOGISTIC"),
+        lambda X, y: to_onnx(
+            LogisticRegression(max_iter=200).fit(X, np.digitize(y, [-0.5, 0.5])),
+            X[:1],
+            options={"zipmap": False},
+        ),
+    ],
+    ids=["binary-none", "binary-logistic", "multiclass-softmax"],
+)
+def test_linear_classifier_rewritten_with_same_outputs(make_model, regression):
+    X, y = regression
+    onx = make_model(X, y)
+    assert any(n.op_type == "LinearClassifier" for n in onx.graph.node)
+    rewritten = rewrite_linear_nodes(onx)
+    assert not any(n.op_type == "LinearClassifier" for n in rewritten.graph.node)
+    assert len(trainable_initializers(rewritten)) == 2
+    expected, got = run(load_model(onx), {"X": X}), run(rewritten, {"X": X})
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-4, atol=1e-5)
+
+
+def test_newer_opset_lowered_when_the_operators_are_unchanged(regression, mlp_onnx):
+    model = onnx.ModelProto()
+    model.CopyFrom(mlp_onnx)
+    del model.opset_import[:]
+    model.opset_import.extend([helper.make_opsetid("", 22), helper.make_opsetid("", 22)])
+    grad = onnx_derivative(model)
+    assert [o.version for o in grad.opset_import if o.domain == ""] == [21]
+
+
+def numeric_gradient(f, value: np.ndarray, eps=1e-3) -> np.ndarray:
+    grad = np.zeros(value.shape, dtype=np.float64)
+    for index in np.ndindex(value.shape):
+        plus, minus = value.astype(np.float64), value.astype(np.float64)
+        plus[index] += eps
+        minus[index] -= eps
+        grad[index] = (f(plus.astype(np.float32)) - f(minus.astype(np.float32))) / (2 * eps)
+    return grad
+
+
+@pytest.mark.parametrize("hidden", [(), (4, 3)], ids=["linear", "mlp"])
+def test_onnx_derivative_matches_finite_differences(hidden, regression):
+    from conftest import fitted_mlp
+
+    X, y = regression
+    X = X[:7].astype(np.float64).astype(np.float32)
+    onx = to_onnx(fitted_mlp(X, y[:7], hidden=hidden, activation="tanh"), X[:1])
+    weights = initializers(onx)
+    names = trainable_initializers(onx)
+    upstream = np.random.default_rng(0).standard_normal((len(X), 1)).astype(np.float32)
+    grad = onnx_derivative(onx)
+    assert [i.name for i in grad.graph.input] == ["X", *names, "variable_grad"]
+    assert [o.name for o in grad.graph.output] == ["X_grad"] + [f"{n}_grad" for n in names]
+    feeds = {"X": X, "variable_grad": upstream, **{n: weights[n] for n in names}}
+    got = dict(zip([o.name for o in grad.graph.output], run(grad, feeds)))
+
+    def vjp(model, feeds):
+        return float((run(model, feeds)[0].astype(np.float64) * upstream).sum())
+
+    expected_x = numeric_gradient(lambda x: vjp(onx, {"X": x}), X)
+    np.testing.assert_allclose(got["X_grad"], expected_x, rtol=1e-2, atol=1e-3)
+    for name in names:
+
+        def with_weight(w, name=name):
+            model = onnx.ModelProto()
+            model.CopyFrom(onx)
+            for init in model.graph.initializer:
+                if init.name == name:
+                    init.CopyFrom(numpy_helper.from_array(w, name))
+            return vjp(model, {"X": X})
+
+        expected = numeric_gradient(with_weight, weights[name])
+        np.testing.assert_allclose(got[f"{name}_grad"], expected, rtol=1e-2, atol=1e-3)
+
+
+def test_onnx_derivative_options(mlp_onnx, regression):
+    X, _ = regression
+    filled = onnx_derivative(
+        mlp_onnx,
+        weights=["coefficient"],
+        options=DerivativeOptions.FillGrad | DerivativeOptions.KeepOutputs,
+    )
+    assert [i.name for i in filled.graph.input] == ["X", "coefficient"]
+    assert [o.name for o in filled.graph.output] == ["X_grad", "coefficient_grad", "variable"]
+    x_grad, _, outputs = run(
+        filled, {"X": X[:3], "coefficient": initializers(mlp_onnx)["coefficient"]}
+    )
+    np.testing.assert_allclose(outputs, run(mlp_onnx, {"X": X[:3]})[0], rtol=1e-6)
+    assert x_grad.shape == (3, X.shape[1])
+    only_inputs = onnx_derivative(mlp_onnx, weights=[], inputs=["X"], fill_grad=True)
+    assert [o.name for o in only_inputs.graph.output] == ["X_grad"]
+
+
+LOSSES = [
+    (SquareLearningLoss(), lambda d, y: 0.5 * d**2),
+    (AbsoluteLearningLoss(), lambda d, y: np.abs(d)),
+    (ElasticLearningLoss(0.3, 0.7), lambda d, y: 0.3 * np.abs(d) + 0.7 * d**2),
+]
+
+
+@pytest.mark.parametrize(("loss", "element"), LOSSES, ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_loss_graph_value_and_gradient(loss, element, weighted):
+    rng = np.random.default_rng(1)
+    expected = rng.standard_normal((6, 2)).astype(np.float32)
+    predicted = rng.standard_normal((6, 2)).astype(np.float32)
+    weight = rng.uniform(0.5, 2, 6).astype(np.float32) if weighted else np.ones(6, np.float32)
+    model = loss.build_onnx_function(weighted=weighted)
+    feeds = {"expected": expected, "predicted": predicted}
+    if weighted:
+        feeds["weight"] = weight
+
+    def reference(p):
+        per_sample = element(p.astype(np.float64) - expected, expected).sum(axis=1)
+        return float((per_sample * weight).sum() / weight.sum())
+
+    value, grad = run(model, feeds)
+    assert value == pytest.approx(reference(predicted), rel=1e-5)
+    np.testing.assert_allclose(grad, numeric_gradient(reference, predicted), rtol=1e-2, atol=1e-3)
+
+
+def test_neglog_loss_is_scikit_learn_log_loss():
+    from sklearn.metrics import log_loss
+
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, 3, 10)
+    proba = rng.dirichlet([1, 1, 1], 10).astype(np.float32)
+    onehot = np.eye(3, dtype=np.float32)[labels]
+    value, grad = run(
+        NegLogLearningLoss().build_onnx_function(), {"expected": onehot, "predicted": proba}
+    )
+    assert value == pytest.approx(log_loss(labels, proba), rel=1e-5)
+    np.testing.assert_allclose(grad, -onehot / proba / 10, rtol=1e-5)
+
+
+def test_add_loss_output_with_weight_and_penalty(mlp_onnx, regression):
+    X, y = regression
+    model = add_loss_output(
+        mlp_onnx, weight_name="weight", penalty={"coefficient": {"l1": 0.1, "l2": 0.2}}
+    )
+    assert [o.name for o in model.graph.output] == ["loss", "variable"]
+    w = np.linspace(0.5, 1.5, len(X)).astype(np.float32)
+    label = y.reshape(-1, 1)
+    loss, predicted = run(model, {"X": X, "label": label, "weight": w})
+    coef = initializers(mlp_onnx)["coefficient"].astype(np.float64)
+    data = (w * 0.5 * (predicted.ravel() - y) ** 2).sum() / w.sum()
+    expected = data + 0.1 * np.abs(coef).sum() + 0.2 * (coef**2).sum()
+    assert loss == pytest.approx(expected, rel=1e-5)
+
+
+def test_update_graph_is_scikit_learn_nesterov():
+    rate = LearningRateSGDNesterov(0.1, momentum=0.9, learning_rate="constant")
+    model = rate.build_onnx_function({"w": [2, 2], "b": [2]}, ElasticLearningPenalty(0, 0.5), {"b"})
+    assert len(model.graph.input) == 7  # one call for every weight, gradient and velocity
+    rng = np.random.default_rng(3)
+    w, gw, vw = (rng.standard_normal((2, 2)).astype(np.float32) for _ in range(3))
+    b, gb, vb = (rng.standard_normal(2).astype(np.float32) for _ in range(3))
+    feeds = {"learning_rate": np.array(0.1, np.float32), "w": w, "w_grad": gw, "w_state0": vw}
+    feeds.update({"b": b, "b_grad": gb, "b_state0": vb})
+    new_w, new_vw, new_b, new_vb, penalty = run(model, feeds)
+    gw = gw + w  # l2=0.5 penalty: gradient 2 * 0.5 * w, biases untouched
+    velocity = 0.9 * vw - 0.1 * gw
+    np.testing.assert_allclose(new_vw, velocity, rtol=1e-6)
+    np.testing.assert_allclose(new_w, w + 0.9 * velocity - 0.1 * gw, rtol=1e-6)
+    np.testing.assert_allclose(new_vb, 0.9 * vb - 0.1 * gb, rtol=1e-6)
+    np.testing.assert_allclose(new_b, b + 0.9 * new_vb - 0.1 * gb, rtol=1e-6)
+    assert penalty == pytest.approx(0.5 * (w.astype(np.float64) ** 2).sum(), rel=1e-5)

@@ -1,0 +1,254 @@
+"""Both trainers against independent references: scikit-learn and finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from conftest import fitted_mlp
+from skl2onnx import to_onnx
+from sklearn.base import clone
+from sklearn.datasets import load_breast_cancer
+from sklearn.metrics import r2_score
+from sklearn.model_selection import GridSearchCV, train_test_split
+from sklearn.neural_network import MLPClassifier
+from sklearn.preprocessing import StandardScaler
+
+from ortbench.training import (
+    ElasticLearningPenalty,
+    ForwardBackwardTrainer,
+    FullTrainer,
+    LearningRateSGD,
+    LearningRateSGDNesterov,
+    NegLogLearningLoss,
+    OrtGradientForwardBackwardOptimizer,
+    OrtGradientOptimizer,
+)
+
+CONSTANT = dict(learning_rate="constant")
+
+
+def sgd(eta0=0.01):
+    return LearningRateSGD(eta0, **CONSTANT)
+
+
+def numpy_mlp_loss(weights: dict, X, y) -> float:
+    """0.5 * mean((p - y)^2) of a relu MLP written in numpy, in float64."""
+    a = X.astype(np.float64)
+    k = 0
+    while f"coefficient{k or ''}" in weights:
+        suffix = k or ""
+        a = a @ weights[f"coefficient{suffix}"] + weights[f"intercepts{suffix}"]
+        if f"coefficient{k + 1}" in weights:
+            a = np.maximum(a, 0)
+        k += 1
+    return float(0.5 * np.mean((a.ravel() - y) ** 2))
+
+
+def finite_difference_gradient(weights: dict, X, y, eps=1e-4) -> dict:
+    grads = {}
+    for name, value in weights.items():
+        grad = np.zeros_like(value, dtype=np.float64)
+        for index in np.ndindex(value.shape):
+            plus = {k: v.astype(np.float64).copy() for k, v in weights.items()}
+            minus = {k: v.astype(np.float64).copy() for k, v in weights.items()}
+            plus[name][index] += eps
+            minus[name][index] -= eps
+            grad[index] = (numpy_mlp_loss(plus, X, y) - numpy_mlp_loss(minus, X, y)) / (2 * eps)
+        grads[name] = grad
+    return grads
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+@pytest.mark.parametrize("hidden", [(), (4,)], ids=["linear", "mlp"])
+def test_one_full_batch_step_is_the_finite_difference_gradient(trainer, hidden, regression):
+    X, y = regression
+    X, y = X[:40], y[:40]
+    onx = to_onnx(fitted_mlp(X, y, hidden=hidden), X[:1])
+    eta = 0.01
+    model = trainer(onx, learning_rate=sgd(eta), batch_size=len(X), max_iter=1, shuffle=False)
+    before = model.initial_state()
+    after = model.fit(X, y).get_state()
+    expected = finite_difference_gradient(before, X, y)
+    for name in before:
+        got = (before[name] - after[name]) / eta
+        np.testing.assert_allclose(got, expected[name], rtol=2e-3, atol=2e-4, err_msg=name)
+
+
+def sklearn_epoch(X, y, momentum):
+    """Initial weights, then MLPRegressor's weights after one more epoch of SGD."""
+    reference = fitted_mlp(
+        X, y, learning_rate_init=0.01, momentum=momentum, alpha=0.0, shuffle=False, batch_size=16
+    )
+    onx = to_onnx(reference, X[:1])
+    start = [c.copy() for c in reference.coefs_] + [b.copy() for b in reference.intercepts_]
+    reference.set_params(warm_start=True).fit(X, y)
+    end = reference.coefs_ + reference.intercepts_
+    return onx, start, end
+
+
+def ortbench_names(n_layers):
+    suffixes = [str(k) if k else "" for k in range(n_layers)]
+    return [f"coefficient{s}" for s in suffixes] + [f"intercepts{s}" for s in suffixes]
+
+
+@pytest.mark.parametrize(
+    ("trainer", "learning_rate", "momentum"),
+    [
+        (ForwardBackwardTrainer, sgd(0.01), 0.0),
+        (ForwardBackwardTrainer, LearningRateSGDNesterov(0.01, momentum=0.9, **CONSTANT), 0.9),
+        (FullTrainer, sgd(0.01), 0.0),
+    ],
+    ids=["fwbw-sgd", "fwbw-nesterov", "full-sgd"],
+)
+def test_one_epoch_follows_scikit_learn(trainer, learning_rate, momentum, regression):
+    X, y = regression
+    onx, start, end = sklearn_epoch(X, y, momentum)
+    model = trainer(onx, learning_rate=learning_rate, batch_size=16, max_iter=1, shuffle=False)
+    state = model.fit(X, y).get_state()
+    names = ortbench_names(len(start) // 2)
+    for name, w0, w1 in zip(names, start, end):
+        expected = w1 - w0
+        got = state[name] - w0.reshape(state[name].shape)
+        np.testing.assert_allclose(
+            got.ravel(), expected.ravel(), rtol=1e-5, atol=1e-5 * np.abs(expected).max()
+        )
+
+
+def test_invscaling_schedule_matches_scikit_learn():
+    rate = LearningRateSGD(eta0=0.1, learning_rate="invscaling", power_t=0.5).init_learning_rate()
+    assert rate.value == 0.1
+    assert rate.update_learning_rate(99) == pytest.approx(0.1 / 100**0.5)
+
+
+@pytest.fixture(scope="module")
+def breast_cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X).astype(np.float32)
+    return train_test_split(X, y, test_size=0.3, random_state=0)
+
+
+@pytest.mark.parametrize("zipmap", [False, True])
+def test_binary_classification_matches_mlpclassifier(breast_cancer, zipmap):
+    X_train, X_test, y_train, y_test = breast_cancer
+    settings = dict(hidden_layer_sizes=(10,), solver="sgd", learning_rate_init=0.01)
+    settings.update(momentum=0.0, alpha=0.0, batch_size=16, random_state=0)
+    reference = MLPClassifier(max_iter=1, **settings).fit(X_train, y_train)
+    onx = to_onnx(reference, X_train[:1], options={"zipmap": zipmap})
+    reference.set_params(warm_start=True, max_iter=20, tol=0, n_iter_no_change=100)
+    expected = reference.fit(X_train, y_train).score(X_test, y_test)
+    fits = [
+        ForwardBackwardTrainer(onx, learning_loss=NegLogLearningLoss(), learning_rate=sgd()),
+        FullTrainer(onx, loss="log", learning_rate=sgd()),
+    ]
+    for model in fits:
+        model.set_params(batch_size=16, max_iter=20, random_state=0)
+        score = model.fit(X_train, y_train).score(X_test, y_test)
+        assert score >= expected - 0.02, (type(model).__name__, score, expected)
+        assert model.train_losses_[-1] < model.train_losses_[0]
+        labels, proba = onnxruntime.InferenceSession(
+            model.get_trained_onnx().SerializeToString()
+        ).run(None, {"X": X_test})
+        np.testing.assert_array_equal(labels, model.predict(X_test))
+        assert len(proba) == len(X_test)
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_grid_search_picks_a_learning_rate(trainer, regression, mlp_onnx):
+    X, y = regression
+    grid = GridSearchCV(
+        trainer(mlp_onnx, learning_rate=sgd(), max_iter=5, random_state=0),
+        {"learning_rate__eta0": [1e-6, 1e-2], "batch_size": [8, 32]},
+        cv=2,
+    )
+    grid.fit(X, y)
+    assert grid.best_params_["learning_rate__eta0"] == 1e-2
+    assert grid.best_estimator_.score(X, y) > 0.2  # refit on all data, 1e-6 stays near 0
+    assert "ModelProto" in repr(grid.best_estimator_)
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_same_seed_same_result_and_warm_start(trainer, regression, mlp_onnx):
+    X, y = regression
+    model = trainer(mlp_onnx, learning_rate=sgd(), max_iter=3, random_state=7)
+    a = model.fit(X, y).get_state()
+    b = clone(model).fit(X, y).get_state()
+    c = clone(model).set_params(random_state=8).fit(X, y).get_state()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+    assert any(not np.array_equal(a[n], c[n]) for n in a)
+
+    model.set_params(warm_start=True, max_iter=2).fit(X, y)
+    assert len(model.train_losses_) == 5
+    assert model.train_losses_[-1] < model.train_losses_[0]
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_trained_onnx_reproduces_predict(trainer, regression, mlp_onnx, tmp_path):
+    X, y = regression
+    model = trainer(mlp_onnx, learning_rate=sgd(), max_iter=3).fit(X, y)
+    trained = model.get_trained_onnx()
+    session = onnxruntime.InferenceSession(trained.SerializeToString())
+    assert [o.name for o in session.get_outputs()] == [o.name for o in mlp_onnx.graph.output]
+    np.testing.assert_allclose(session.run(None, {"X": X})[0].ravel(), model.predict(X), rtol=1e-6)
+    untrained = onnxruntime.InferenceSession(mlp_onnx.SerializeToString())
+    assert model.score(X, y) > r2_score(y, untrained.run(None, {"X": X})[0].ravel()) + 0.05
+    paths = model.save_onnx_graph(tmp_path)
+    assert paths
+    for name, path in paths.items():
+        assert onnx.load(path).graph.node, name
+    assert set(model.trained_coef_) == set(model.get_state())
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_validation_losses_and_sample_weights(trainer, regression, mlp_onnx):
+    X, y = regression
+    model = trainer(mlp_onnx, learning_rate=sgd(), max_iter=4, validation_every=2)
+    model.fit(X[:80], y[:80], X_val=X[80:], y_val=y[80:])
+    assert len(model.validation_losses_) == 2
+    assert model.validation_losses_[-1] < model.validation_losses_[0] * 1.5
+    # zero weight on half of the data: the same fit as training without those rows
+    weights = np.r_[np.ones(60), np.zeros(60)].astype(np.float32)
+    ones = trainer(mlp_onnx, learning_rate=sgd(), max_iter=1, batch_size=120, shuffle=False)
+    half = clone(ones).set_params(batch_size=60)
+    a = ones.fit(X, y, sample_weight=weights).get_state()
+    b = half.fit(X[:60], y[:60]).get_state()
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6)
+
+
+def test_penalty_shrinks_coefficients(regression, mlp_onnx):
+    X, y = regression
+    plain = ForwardBackwardTrainer(mlp_onnx, learning_rate=sgd(), max_iter=5, random_state=0)
+    penalised = clone(plain).set_params(learning_penalty=ElasticLearningPenalty(l1=0, l2=0.05))
+    a, b = plain.fit(X, y).get_state(), penalised.fit(X, y).get_state()
+    assert np.abs(b["coefficient"]).sum() < np.abs(a["coefficient"]).sum()
+    assert penalised.train_losses_[0] > plain.train_losses_[0]  # the penalty is in the loss
+
+
+def test_full_trainer_penalty_matches_forward_backward(regression, mlp_onnx):
+    X, y = regression
+    names = ["coefficient", "coefficient1", "coefficient2"]
+    full = FullTrainer(
+        mlp_onnx,
+        learning_rate=sgd(),
+        max_iter=2,
+        shuffle=False,
+        penalty={n: {"l1": 0.01, "l2": 0.02} for n in names},
+    ).fit(X, y)
+    fwbw = ForwardBackwardTrainer(
+        mlp_onnx,
+        learning_rate=sgd(),
+        max_iter=2,
+        shuffle=False,
+        learning_penalty=ElasticLearningPenalty(l1=0.01, l2=0.02),
+    ).fit(X, y)
+    np.testing.assert_allclose(full.train_losses_, fwbw.train_losses_, rtol=1e-4)
+    for name, value in full.get_state().items():
+        np.testing.assert_allclose(value, fwbw.get_state()[name], rtol=1e-4, atol=1e-6)
+
+
+def test_seed_names_are_aliases():
+    assert OrtGradientOptimizer is FullTrainer
+    assert OrtGradientForwardBackwardOptimizer is ForwardBackwardTrainer
