@@ -9,8 +9,9 @@ the on-device optimizer onnxruntime runs.
 - ``LearningRateSGD``: w += -lr * g
 - ``LearningRateSGDNesterov``: v = m * v - lr * g, then w += m * v - lr * g (Nesterov)
   or w += v (classical momentum); velocities start at zero.
-- ``learning_rate='invscaling'``: at the end of each epoch lr = eta0 / (t + 1) ** power_t,
-  t being the number of samples seen so far.
+- ``learning_rate='constant'`` (the default, as in MLPRegressor) keeps eta0;
+  ``'invscaling'`` sets lr = eta0 / (t + 1) ** power_t at the end of each epoch, t being
+  the number of samples seen so far.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class BaseLearningRate(BaseEstimator):
     n_states = 0
 
     def __init__(
-        self, eta0: float = 0.01, learning_rate: str = "invscaling", power_t: float = 0.25
+        self, eta0: float = 0.01, learning_rate: str = "constant", power_t: float = 0.25
     ):
         self.eta0 = eta0
         self.learning_rate = learning_rate
@@ -116,7 +117,7 @@ class LearningRateSGDNesterov(BaseLearningRate):
     def __init__(
         self,
         eta0: float = 0.01,
-        learning_rate: str = "invscaling",
+        learning_rate: str = "constant",
         power_t: float = 0.25,
         momentum: float = 0.9,
         nesterov: bool = True,

@@ -42,13 +42,21 @@ def training_module(name: str) -> types.ModuleType:
     return importlib.import_module(full)
 
 
+#: The only onnxruntime-training release the engine is built and tested on (the last one).
+TRAINING_VERSION = "1.19.2"
+
+
 def runtime_problem() -> str | None:
     """Say what is wrong with the installed onnxruntime for training, or None."""
-    if not hasattr(C, "TrainingAgent") or not hasattr(C, "Module"):
+    if (
+        not hasattr(C, "TrainingAgent")
+        or not hasattr(C, "Module")
+        or (onnxruntime.__version__ != TRAINING_VERSION)
+    ):
         return (
-            f"onnxruntime {onnxruntime.__version__} is installed without training support: "
-            "install onnxruntime-training-cpu==1.19.2 and make sure no plain onnxruntime "
-            "package overwrote it"
+            f"onnxruntime {onnxruntime.__version__} is not the training build ortbench needs: "
+            f"install onnxruntime-training-cpu=={TRAINING_VERSION} and make sure no plain "
+            "onnxruntime package overwrote it"
         )
     return None
 
