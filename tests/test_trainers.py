@@ -19,11 +19,13 @@ from ortbench.training import (
     ElasticLearningPenalty,
     ForwardBackwardTrainer,
     FullTrainer,
+    LearningRateAdamW,
     LearningRateSGD,
     LearningRateSGDNesterov,
     NegLogLearningLoss,
     OrtGradientForwardBackwardOptimizer,
     OrtGradientOptimizer,
+    add_loss_output,
 )
 
 CONSTANT = dict(learning_rate="constant")
@@ -252,3 +254,31 @@ def test_full_trainer_penalty_matches_forward_backward(regression, mlp_onnx):
 def test_seed_names_are_aliases():
     assert OrtGradientOptimizer is FullTrainer
     assert OrtGradientForwardBackwardOptimizer is ForwardBackwardTrainer
+
+
+def test_full_trainer_takes_a_model_that_already_outputs_its_loss(regression, mlp_onnx):
+    X, y = regression
+    settings = dict(learning_rate=sgd(), max_iter=2, shuffle=False)
+    with_loss = add_loss_output(mlp_onnx)
+    given = FullTrainer(with_loss, **settings).fit(X, y)
+    added = FullTrainer(mlp_onnx, **settings).fit(X, y)
+    np.testing.assert_allclose(given.train_losses_, added.train_losses_, rtol=1e-6)
+    np.testing.assert_allclose(given.predict(X), added.predict(X), rtol=1e-5)
+
+
+def test_adamw_first_step_is_a_signed_gradient_step(regression):
+    X, y = regression
+    X, y = X[:40], y[:40]
+    onx = to_onnx(fitted_mlp(X, y, hidden=(4,)), X[:1])
+    rate = LearningRateAdamW(eta0=1e-3, weight_decay=0.01)
+    model = FullTrainer(onx, learning_rate=rate, batch_size=len(X), max_iter=1, shuffle=False)
+    before = model.initial_state()
+    after = model.fit(X, y).get_state()
+    gradient = finite_difference_gradient(before, X, y)
+    for name, w0 in before.items():
+        # first AdamW step: m_hat = g, v_hat = g^2, so w -= lr * (g / |g| + decay * w)
+        expected = w0 - 1e-3 * (np.sign(gradient[name]) + 0.01 * w0)
+        clear = np.abs(gradient[name]) > 1e-3  # eps dominates tiny gradients
+        np.testing.assert_allclose(after[name][clear], expected[clear], rtol=1e-4, atol=2e-6)
+    model.set_params(max_iter=20).fit(X, y)
+    assert model.train_losses_[-1] < model.train_losses_[0]

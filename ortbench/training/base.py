@@ -273,6 +273,10 @@ class BaseTrainer(BaseEstimator):
         """Trained weights by name, as :meth:`get_state` returns them."""
         return self.get_state()
 
+    def _prediction_model(self) -> onnx.ModelProto:
+        """The trained model predict runs (the full trainer drops a loss the model outputs)."""
+        return self.get_trained_onnx()
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "train_losses_"):
             raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
@@ -281,7 +285,7 @@ class BaseTrainer(BaseEstimator):
         self._check_fitted()
         X = _as_float_matrix(X, "X")
         if getattr(self, "_predictor", None) is None:
-            model = self.get_trained_onnx()
+            model = self._prediction_model()
             if self.output_name_ not in [o.name for o in model.graph.output]:
                 # trained through a tensor behind ZipMap: expose it too
                 model.graph.output.append(

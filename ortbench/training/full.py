@@ -81,6 +81,14 @@ class FullTrainer(BaseTrainer):
             if not others:
                 raise OrtBenchError("the model outputs only its loss: nothing to predict with")
             self.output_name_ = others[0]
+            self._train_model = select_outputs(self.model_, [self.output_name_])
+
+    def _prediction_model(self):
+        model = self.get_trained_onnx()
+        if self._loss_in_model:
+            outputs = [o.name for o in model.graph.output if o.name != self.loss_output_name]
+            model = select_outputs(model, outputs)
+        return model
 
     def _build(self) -> None:
         if type(self.learning_rate_) not in (LearningRateSGD, LearningRateAdamW):

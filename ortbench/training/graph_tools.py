@@ -193,7 +193,7 @@ def training_output(onx: onnx.ModelProto) -> str:
 
 
 def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    """A copy with exactly these outputs and only the nodes needed to compute them."""
+    """A copy with exactly these outputs and only the nodes, initializers and inputs they need."""
     model = onnx.ModelProto()
     model.CopyFrom(onx)
     graph = model.graph
@@ -211,10 +211,13 @@ def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
         shapes[n] if n in shapes else helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
         for n in names
     )
-    used = {name for node in graph.node for name in node.input}
+    used = {name for node in graph.node for name in node.input} | set(names)
     kept_inits = [i for i in graph.initializer if i.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept_inits)
+    kept_inputs = [i for i in graph.input if i.name in used]
+    del graph.input[:]
+    graph.input.extend(kept_inputs)
     return model
 
 

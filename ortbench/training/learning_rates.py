@@ -32,9 +32,7 @@ class BaseLearningRate(BaseEstimator):
     #: Tensors of optimizer state kept per weight (velocities...).
     n_states = 0
 
-    def __init__(
-        self, eta0: float = 0.01, learning_rate: str = "constant", power_t: float = 0.25
-    ):
+    def __init__(self, eta0: float = 0.01, learning_rate: str = "constant", power_t: float = 0.25):
         self.eta0 = eta0
         self.learning_rate = learning_rate
         self.power_t = power_t
