@@ -163,8 +163,8 @@ class BaseTrainer(BaseEstimator):
             raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
         return threads
 
-    def _session_options(self) -> onnxruntime.SessionOptions:
-        return session_options(self._threads)
+    def _session_options(self, label: str) -> onnxruntime.SessionOptions:
+        return session_options(self._threads, f"{type(self).__name__}_{label}")
 
     def _providers(self) -> list:
         return providers(self.device)
@@ -244,7 +244,7 @@ class BaseTrainer(BaseEstimator):
     def _validation_loss(self, X, Y, w) -> float:
         """Loss on held-out data, without penalty, through the trainer's own loss graph."""
         if getattr(self, "_val_sessions", None) is None:
-            options = self._session_options()
+            options = self._session_options("validation")
             forward = weights_as_inputs(self._train_model, self.weights_)
             loss = self._learning_loss().build_onnx_function(weighted=True)
             self._val_sessions = (

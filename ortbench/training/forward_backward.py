@@ -78,15 +78,11 @@ class ForwardBackwardTrainer(BaseTrainer):
     def _build(self) -> None:
         if isinstance(self.learning_rate_, LearningRateAdamW):
             raise OrtBenchError("LearningRateAdamW runs only in FullTrainer")
-        device, options, providers = (
-            ort_device(self.device),
-            self._session_options(),
-            self._providers(),
-        )
+        device, providers = ort_device(self.device), self._providers()
         self._ort_device = device
         graph = build_training_graph(self._train_model, self.weights_)
         self._training_graph = graph
-        session = make_session(graph.model, self.device, options, providers)
+        session = make_session(graph.model, self._session_options("agent"), providers)
         self._agent = C.TrainingAgent(
             session,
             graph.feed_names,
@@ -99,7 +95,9 @@ class ForwardBackwardTrainer(BaseTrainer):
         loss = self._learning_loss()
         self._loss_models = {w: loss.build_onnx_function(weighted=w) for w in (False, True)}
         self._loss_sessions = {
-            w: make_session(m.SerializeToString(), self.device, options, providers)
+            w: make_session(
+                m.SerializeToString(), self._session_options(f"loss{int(w)}"), providers
+            )
             for w, m in self._loss_models.items()
         }
         initial = get_initializers(self._train_model, self.weights_)
@@ -108,7 +106,7 @@ class ForwardBackwardTrainer(BaseTrainer):
         biases = bias_names(self._train_model, self.weights_)
         self._update_model = self.learning_rate_.build_onnx_function(shapes, penalty, biases)
         update = make_session(
-            self._update_model.SerializeToString(), self.device, options, providers
+            self._update_model.SerializeToString(), self._session_options("update"), providers
         )
         n_states = self.learning_rate_.n_states
         # buffers[p][i]: weight i then its states, in parity p

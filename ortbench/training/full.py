@@ -138,17 +138,21 @@ class FullTrainer(BaseTrainer):
             for name in ("training_model", "eval_model", "optimizer_model"):
                 with open(os.path.join(folder, f"{name}.onnx"), "rb") as f:
                     self._artifacts[name] = f.read()
-            device, options = ort_device(self.device), self._session_options()
+            device = ort_device(self.device)
             self._state = C.load_checkpoint(os.path.join(folder, "checkpoint"))
+            # no eval model: validation runs its own session (base.BaseTrainer)
             self._module = C.Module(
                 os.path.join(folder, "training_model.onnx"),
                 self._state,
-                os.path.join(folder, "eval_model.onnx"),
+                None,
                 device,
-                options,
+                self._session_options("train_step"),
             )
             self._optimizer = C.Optimizer(
-                os.path.join(folder, "optimizer_model.onnx"), self._state, device, options
+                os.path.join(folder, "optimizer_model.onnx"),
+                self._state,
+                device,
+                self._session_options("optimizer"),
             )
         self._device = device
         self._loss_out = np.zeros((), dtype=np.float32)

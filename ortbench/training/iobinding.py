@@ -12,7 +12,7 @@ import onnxruntime
 from onnxruntime.capi import _pybind_state as C
 
 
-def make_session(model: bytes, device: str, options, providers: list) -> C.InferenceSession:
+def make_session(model: bytes, options, providers: list) -> C.InferenceSession:
     """A C-level InferenceSession (the Python wrapper adds nothing on the hot path)."""
     return onnxruntime.InferenceSession(model, options, providers=providers)._sess
 

@@ -104,16 +104,42 @@ def providers(device: str) -> list:
     return ["CPUExecutionProvider"]
 
 
-def session_options(intra_op_threads: int | None = None) -> onnxruntime.SessionOptions:
+_profile_folder: str | None = None
+
+
+@contextlib.contextmanager
+def profiled_sessions(folder: str | os.PathLike) -> Iterator[None]:
+    """Make every session created inside the block write onnxruntime's profile to ``folder``.
+
+    Each session gets its own file prefix (its label), since the runtime names files with
+    one-second resolution. A profile is written when its session is destroyed. The
+    switch acts when sessions are built, so the training hot path carries no branch for it.
+    """
+    global _profile_folder
+    previous, _profile_folder = _profile_folder, os.fspath(folder)
+    os.makedirs(_profile_folder, exist_ok=True)
+    try:
+        yield
+    finally:
+        _profile_folder = previous
+
+
+def session_options(
+    intra_op_threads: int | None = None, label: str = "session"
+) -> onnxruntime.SessionOptions:
     """Session options shared by every session a trainer creates.
 
     ``intra_op_threads=None`` keeps onnxruntime's default pool; small batches often run
     faster on one thread because handing a tiny kernel to a pool costs more than it saves.
+    ``label`` names the session's profile file under :func:`profiled_sessions`.
     """
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
     if intra_op_threads is not None:
         options.intra_op_num_threads = intra_op_threads
+    if _profile_folder is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(_profile_folder, label)
     return options
 
 
