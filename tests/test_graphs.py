@@ -249,7 +249,9 @@ def test_add_loss_output_with_weight_and_penalty(mlp_onnx, regression):
 
 def test_update_graph_is_scikit_learn_nesterov():
     rate = LearningRateSGDNesterov(0.1, momentum=0.9, learning_rate="constant")
-    model = rate.build_onnx_function({"w": [2, 2], "b": [2]}, ElasticLearningPenalty(0, 0.5), {"b"})
+    model = rate.build_onnx_function(
+        {"w": [2, 2], "b": [2]}, ElasticLearningPenalty(0, 0.5), {"b": False}
+    )
     assert len(model.graph.input) == 7  # one call for every weight, gradient and velocity
     rng = np.random.default_rng(3)
     w, gw, vw = (rng.standard_normal((2, 2)).astype(np.float32) for _ in range(3))

@@ -2,10 +2,11 @@
 
 One step runs four onnxruntime calls: forward (TrainingAgent), loss and its gradient
 (loss graph), backward (TrainingAgent), and one fused update of every weight with the
-penalty's gradient folded in. Weights and optimizer states are double-buffered: the
-update reads buffer A and writes buffer B, the next step the reverse, so both update
-bindings are made once and only the gradients (fresh OrtValues from the backward pass)
-are rebound, and only when their address changes.
+penalty's gradient folded in. Every buffer a step touches is allocated and bound before
+the first step: TrainingAgent writes its outputs into preallocated fetches, the loss
+graph has one binding per batch, and weights and optimizer states are double-buffered
+(the update reads buffer A and writes buffer B, the next step the reverse), so a step
+binds nothing and allocates only the runtime's partial-execution state.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .learning_rates import BaseLearningRate, LearningRateAdamW
 from .losses import BaseLearningLoss, SquareLearningLoss
 from .penalties import BaseLearningPenalty, NoLearningPenalty
 from .runtime import cpu_scalar, ort_device
+from .weights import WeightBuffers
 
 
 class ForwardBackwardTrainer(BaseTrainer):
@@ -81,6 +83,11 @@ class ForwardBackwardTrainer(BaseTrainer):
         device, providers = ort_device(self.device), self._providers()
         self._ort_device = device
         graph = build_training_graph(self._train_model, self.weights_)
+        if graph.n_forward_outputs != 1:
+            raise OrtBenchError(
+                "this model's gradient graph passes intermediate tensors from forward to "
+                "backward, which ForwardBackwardTrainer does not support: use FullTrainer"
+            )
         self._training_graph = graph
         session = make_session(graph.model, self._session_options("agent"), providers)
         self._agent = C.TrainingAgent(
@@ -101,38 +108,24 @@ class ForwardBackwardTrainer(BaseTrainer):
             for w, m in self._loss_models.items()
         }
         initial = get_initializers(self._train_model, self.weights_)
-        shapes = {name: list(value.shape) for name, value in initial.items()}
-        penalty = self._penalty()
         biases = bias_names(self._train_model, self.weights_)
-        self._update_model = self.learning_rate_.build_onnx_function(shapes, penalty, biases)
+        buffers = WeightBuffers(initial, self.learning_rate_.n_states, device, biases)
+        self._weights = buffers
+        self._update_model = self.learning_rate_.build_onnx_function(
+            buffers.group_shapes, self._penalty(), buffers.penalty_masks
+        )
         update = make_session(
             self._update_model.SerializeToString(), self._session_options("update"), providers
         )
-        n_states = self.learning_rate_.n_states
-        # buffers[p][i]: weight i then its states, in parity p
-        self._buffers = [
-            [self._new_value(initial[n]) for n in self.weights_],
-            [self._new_value(initial[n]) for n in self.weights_],
-        ]
-        self._states = [
-            [
-                [self._new_value(np.zeros_like(initial[n])) for _ in range(n_states)]
-                for n in self.weights_
-            ]
-            for _ in range(2)
-        ]
         self._lr = np.zeros((), dtype=np.float32)
         self._loss_out = np.zeros((), dtype=np.float32)
         self._penalty_out = np.zeros((), dtype=np.float32)
-        self._has_penalty = any(o.name == "penalty" for o in self._update_model.graph.output)
+        self._grad_fetches = _vector(buffers.grads)
         self._updates = [self._bind_update(update, p, 1 - p) for p in (0, 1)]
-        self._grad_inputs = [f"{n}_grad" for n in self.weights_]
         self._parity = 0
 
     def _new_value(self, array: np.ndarray) -> C.OrtValue:
         """An OrtValue owning a copy of ``array`` on the trainer's device."""
-        if not hasattr(self, "_host_arrays"):
-            self._host_arrays = []
         if self._ort_device.device_type() == C.OrtDevice.cpu():
             host = np.array(array, dtype=np.float32, copy=True)
             self._host_arrays.append(host)  # the OrtValue views this memory
@@ -143,15 +136,17 @@ class ForwardBackwardTrainer(BaseTrainer):
 
     def _bind_update(self, session, src: int, dst: int) -> CachedBinding:
         """The update binding reading parity ``src`` and writing parity ``dst``."""
+        buffers = self._weights
         binding = CachedBinding(session)
         binding.bind_input("learning_rate", cpu_scalar(self._lr))
-        for i, name in enumerate(self.weights_):
-            binding.bind_input(name, self._buffers[src][i])
-            binding.bind_output(f"{name}_new", self._buffers[dst][i])
-            for k, state in enumerate(self._states[src][i]):
-                binding.bind_input(f"{name}_state{k}", state)
-                binding.bind_output(f"{name}_state{k}_new", self._states[dst][i][k])
-        if self._has_penalty:
+        for i, name in enumerate(buffers.group_shapes):
+            binding.bind_input(name, buffers.group_weights[src][i])
+            binding.bind_input(f"{name}_grad", buffers.group_grads[i])
+            binding.bind_output(f"{name}_new", buffers.group_weights[dst][i])
+            for k in range(self.learning_rate_.n_states):
+                binding.bind_input(f"{name}_state{k}", buffers.states[src][k][i])
+                binding.bind_output(f"{name}_state{k}_new", buffers.states[dst][k][i])
+        if any(o.name == "penalty" for o in self._update_model.graph.output):
             binding.bind_output("penalty", cpu_scalar(self._penalty_out))
         return binding
 
@@ -161,81 +156,75 @@ class ForwardBackwardTrainer(BaseTrainer):
     # -- per fit --------------------------------------------------------------------------
 
     def _start_fit(self, loader: BatchLoader) -> None:
+        """Bind everything a step touches, once: a step then only runs.
+
+        TrainingAgent writes into preallocated fetches, so the forward pass fills one
+        prediction buffer per batch length and the backward pass fills the gradient buffers
+        the update graph was bound to at build time.
+        """
         batches = loader.batches
         weighted = len(batches[0].values) == 3
-        self._loss_binding = CachedBinding(self._loss_sessions[weighted])
-        self._loss_binding.bind_output("loss", cpu_scalar(self._loss_out))
         columns = batches[0].values[1].shape()[1]
-        self._grad_out = {}
-        self._backward_feeds = {}
-        for length in {b.length for b in batches}:
-            grad = self._new_value(np.zeros((length, columns), np.float32))
-            feeds = C.OrtValueVector()
-            feeds.push_back(grad)
-            self._grad_out[length] = grad
-            self._backward_feeds[length] = feeds
-        # forward feeds per parity and batch: X then the weights of that parity
-        self._forward_feeds = [[self._feeds(b.values[0], p) for b in batches] for p in (0, 1)]
-
-    def _feeds(self, x: C.OrtValue, parity: int) -> C.OrtValueVector:
-        feeds = C.OrtValueVector()
-        feeds.push_back(x)
-        for value in self._buffers[parity]:
-            feeds.push_back(value)
-        return feeds
+        self._host_arrays = []
+        per_length = {}
+        for length in sorted({b.length for b in batches}):
+            prediction = self._new_value(np.zeros((length, columns), np.float32))
+            loss_grad = self._new_value(np.zeros((length, columns), np.float32))
+            per_length[length] = (
+                prediction,
+                _vector([prediction]),
+                loss_grad,
+                _vector([loss_grad]),
+            )
+        self._steps = []
+        for batch in batches:
+            prediction, forward_out, loss_grad, backward_in = per_length[batch.length]
+            loss = CachedBinding(self._loss_sessions[weighted])
+            loss.bind_input("predicted", prediction)
+            loss.bind_input("expected", batch.values[1])
+            if weighted:
+                loss.bind_input("weight", batch.values[2])
+            loss.bind_output("loss", cpu_scalar(self._loss_out))
+            loss.bind_output("loss_grad", loss_grad)
+            forward_in = [_vector([batch.values[0], *self._weights.weights[p]]) for p in (0, 1)]
+            self._steps.append((forward_in, forward_out, loss.run, backward_in, batch.length))
+        self._per_length = per_length  # the bindings above hold these buffers
 
     def _run_epoch(self, batches) -> float:
-        agent, loss, loss_out = self._agent, self._loss_binding, self._loss_out
-        grad_names, penalty_out, has_penalty = (
-            self._grad_inputs,
-            self._penalty_out,
-            self._has_penalty,
-        )
-        parity, total = self._parity, 0.0
-        for k, batch in enumerate(batches):
-            values, length = batch.values, batch.length
-            forward_out = C.OrtValueVector()
+        agent, grads, updates = self._agent, self._grad_fetches, self._updates
+        loss_out, penalty_out = self._loss_out, self._penalty_out
+        parity, total, count = self._parity, 0.0, 0
+        for forward_in, forward_out, run_loss, backward_in, length in self._steps:
             state = C.PartialGraphExecutionState()
-            agent.run_forward(self._forward_feeds[parity][k], forward_out, state, None)
-            loss.bind_input("predicted", forward_out[0])
-            loss.bind_input("expected", values[1])
-            if len(values) == 3:
-                loss.bind_input("weight", values[2])
-            loss.bind_output("loss_grad", self._grad_out[length])
-            loss.run()
-            grads = C.OrtValueVector()
-            agent.run_backward(self._backward_feeds[length], grads, state)
-            update = self._updates[parity]
-            for i, name in enumerate(grad_names):
-                update.bind_input(name, grads[i])
-            update.run()
+            agent.run_forward(forward_in[parity], forward_out, state, None)
+            run_loss()
+            agent.run_backward(backward_in, grads, state)
+            updates[parity].run()
             parity = 1 - parity
-            total += (float(loss_out) + (float(penalty_out) if has_penalty else 0.0)) * length
+            total += (float(loss_out) + float(penalty_out)) * length
+            count += length
         self._parity = parity
-        return total / sum(b.length for b in batches)
+        return total / count
 
     # -- state ----------------------------------------------------------------------------
 
     def get_state(self) -> dict[str, np.ndarray]:
         self._check_built()
-        # OrtValue.numpy() may view the buffer: copy so the state outlives the trainer
-        return {n: v.numpy().copy() for n, v in zip(self.weights_, self._buffers[self._parity])}
+        return self._weights.get(self._parity)
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         self._check_built()
-        current = dict(zip(self.weights_, self._buffers[self._parity]))
         for name, array in state.items():
-            if name not in current:
+            if name not in self.weights_:
                 raise OrtBenchError(f"unknown weight {name!r}: trained weights are {self.weights_}")
-            expected = tuple(current[name].shape())
-            array = np.ascontiguousarray(array, dtype=np.float32)
-            if array.shape != expected:
-                raise OrtBenchError(f"weight {name!r} has shape {expected}, got {array.shape}")
-            current[name].update_inplace(array)
+            expected = self._weights.shape(name)
+            if np.shape(array) != expected:
+                raise OrtBenchError(f"weight {name!r} has shape {expected}, got {np.shape(array)}")
+            self._weights.set(self._parity, name, array)
         self._predictor = None
 
     def _check_built(self) -> None:
-        if not hasattr(self, "_buffers"):
+        if not hasattr(self, "_weights"):
             raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
 
     def _graphs(self) -> dict:
@@ -249,3 +238,10 @@ class ForwardBackwardTrainer(BaseTrainer):
 
 
 OrtGradientForwardBackwardOptimizer = ForwardBackwardTrainer
+
+
+def _vector(values: list) -> C.OrtValueVector:
+    vector = C.OrtValueVector()
+    for value in values:
+        vector.push_back(value)
+    return vector

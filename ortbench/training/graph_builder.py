@@ -62,6 +62,13 @@ class GraphBuilder:
             total = self.op("Add", total, other, name=name if k == len(names) else None)
         return total if len(names) > 1 or name is None else self.op("Identity", total, name=name)
 
+    def rename(self, value: str, name: str) -> str:
+        """Give an intermediate value a chosen name (for outputs), without an Identity node."""
+        for node in self.nodes:
+            node.output[:] = [name if o == value else o for o in node.output]
+            node.input[:] = [name if i == value else i for i in node.input]
+        return name
+
     def output(self, name: str, shape: list | None = None, elem_type: int = FLOAT) -> None:
         """Declare an existing value as a graph output (Identity when renaming is needed)."""
         self.outputs.append(helper.make_tensor_value_info(name, elem_type, shape))

@@ -64,37 +64,38 @@ class BaseLearningRate(BaseEstimator):
 
     def build_onnx_function(
         self,
-        weight_shapes: dict[str, list],
+        shapes: dict[str, list],
         penalty: BaseLearningPenalty | None = None,
-        biases: set[str] = frozenset(),
+        penalty_masks: dict | None = None,
     ) -> onnx.ModelProto:
         """One graph updating every weight, the penalty's gradient fused in.
 
-        Inputs: ``learning_rate`` (scalar); for each weight ``<w>``: ``<w>`` (the weight),
-        ``<w>_grad`` (its loss gradient), then ``<w>_state<k>`` for each optimizer state.
-        Outputs: ``<w>_new`` and ``<w>_state<k>_new`` for each weight, then ``penalty``
-        (scalar) when the penalty is active. ``biases`` are left out of the penalty.
+        ``shapes`` names the tensors to update (one flat tensor holding every weight, or
+        one per weight). Inputs: ``learning_rate`` (scalar); for each tensor ``<w>``:
+        ``<w>``, ``<w>_grad`` (its loss gradient), then ``<w>_state<k>`` for each optimizer
+        state. Outputs: ``<w>_new`` and ``<w>_state<k>_new`` for each tensor, then
+        ``penalty`` (scalar) when the penalty is active. ``penalty_masks[w]`` says what
+        the penalty applies to: True (all), False (nothing, e.g. a bias) or a 0/1 array
+        (coefficients inside a flat tensor); all by default.
         """
         penalty = penalty or NoLearningPenalty()
+        masks = penalty_masks or {}
         b = GraphBuilder(f"update_{type(self).__name__}")
         lr = b.input("learning_rate", [])
         penalties = []
-        outputs = []
-        for name, shape in weight_shapes.items():
+        for name, shape in shapes.items():
             weight = b.input(name, shape)
             grad = b.input(f"{name}_grad", shape)
             states = [b.input(f"{name}_state{k}", shape) for k in range(self.n_states)]
-            if penalty.is_active() and name not in biases:
-                grad = penalty.gradient_nodes(b, weight, grad)
-                penalties.append(penalty.penalty_nodes(b, weight))
+            mask = masks.get(name, True)
+            if penalty.is_active() and mask is not False:
+                penalised = weight if mask is True else b.op("Mul", weight, b.const(mask))
+                grad = penalty.gradient_nodes(b, penalised, grad)
+                penalties.append(penalty.penalty_nodes(b, penalised))
             new_weight, new_states = self.update_nodes(b, lr, weight, grad, states)
-            outputs.append((b.op("Identity", new_weight, name=f"{name}_new"), shape))
-            outputs += [
-                (b.op("Identity", s, name=f"{name}_state{k}_new"), shape)
-                for k, s in enumerate(new_states)
-            ]
-        for name, shape in outputs:
-            b.output(name, shape)
+            b.output(b.rename(new_weight, f"{name}_new"), shape)
+            for k, state in enumerate(new_states):
+                b.output(b.rename(state, f"{name}_state{k}_new"), shape)
         if penalties:
             b.output(b.add_all(penalties, name="penalty"), [])
         return b.to_model()
