@@ -1,0 +1,1 @@
+"""asv benchmark suites for ortbench: thin wrappers over :mod:`ortbench.bench`."""

@@ -1,0 +1,1 @@
+"""The benchmark harness: problems, contenders, the comparison matrix and its results."""

@@ -1,0 +1,86 @@
+"""The contender interface: train a problem, report the loss curve, predict, time steps."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+
+from ..counters import RuntimeCounts
+from ..problems import Problem
+
+
+class Unavailable(Exception):
+    """A contender cannot run a cell (no CUDA, no torch, a linear-only model...)."""
+
+
+class Contender(ABC):
+    """One way to train a problem, with the same interface for every library.
+
+    ``fit`` trains from the problem's initial weights and records ``loss_curve_`` (one
+    value per epoch: the mean over samples of the loss of each batch before its update).
+    ``continue_fit`` trains more epochs from the current weights, without rebuilding
+    anything: that is what :meth:`seconds_per_step` and asv's ``time_`` benchmarks time.
+    ``predict`` works before ``fit`` too and then gives the initial model's output.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(
+        self,
+        problem: Problem,
+        batch_size: int,
+        device: str = "cpu",
+        shuffle: bool = True,
+    ):
+        reason = self.unavailable(problem, batch_size, device)
+        if reason:
+            raise Unavailable(reason)
+        self.problem = problem
+        self.batch_size = batch_size
+        self.device = device
+        self.shuffle = shuffle
+        self.loss_curve_: list[float] = []
+        self.n_steps_ = 0
+
+    @classmethod
+    def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
+        """Why this contender cannot run that cell, or None when it can."""
+        return None
+
+    def fit(self, epochs: int) -> Contender:
+        """Train ``epochs`` epochs from the problem's initial weights."""
+        self.loss_curve_ = [float(v) for v in self._fit(epochs)]
+        self.n_steps_ = epochs * self.problem.steps_per_epoch(self.batch_size)
+        return self
+
+    def continue_fit(self, epochs: int) -> Contender:
+        """Train ``epochs`` more epochs from the current weights (call ``fit`` first)."""
+        self._continue(epochs)
+        self.n_steps_ += epochs * self.problem.steps_per_epoch(self.batch_size)
+        return self
+
+    def seconds_per_step(self, epochs: int = 1) -> float:
+        """Wall time per training step of ``continue_fit(epochs)``."""
+        start = time.perf_counter()
+        self.continue_fit(epochs)
+        elapsed = time.perf_counter() - start
+        return elapsed / (epochs * self.problem.steps_per_epoch(self.batch_size))
+
+    def runtime_counts(self) -> RuntimeCounts | None:
+        """onnxruntime calls and allocations per step, for contenders that run onnxruntime."""
+        return None
+
+    @abstractmethod
+    def _fit(self, epochs: int) -> list[float]:
+        """Train from the initial weights; return the loss of each epoch."""
+
+    @abstractmethod
+    def _continue(self, epochs: int) -> None:
+        """Train more epochs from the current weights."""
+
+    @abstractmethod
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """The model's output: values for regression, P(class 1) for binary problems."""

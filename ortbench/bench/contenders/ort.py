@@ -1,0 +1,124 @@
+"""Contenders over the engine: onnxruntime full training and forward/backward training."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import numpy as np
+import onnxruntime
+
+from ...training import (
+    BaseLearningRate,
+    ForwardBackwardTrainer,
+    FullTrainer,
+    LearningRateSGD,
+    LearningRateSGDNesterov,
+    NegLogLearningLoss,
+    OrtBenchError,
+    SquareLearningLoss,
+)
+from ...training.base import BaseTrainer
+from ...training.runtime import check_device, runtime_problem
+from ..counters import RuntimeCounts, count_runtime
+from ..problems import Problem
+from .base import Contender
+
+
+class OrtContender(Contender):
+    """A contender that trains the problem's ONNX model with one of the engine's trainers."""
+
+    @abstractmethod
+    def _trainer(self) -> BaseTrainer:
+        """A new, unfitted trainer for this cell."""
+
+    @classmethod
+    def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
+        problem_text = runtime_problem()
+        if problem_text:
+            return problem_text
+        try:
+            check_device(device)
+        except OrtBenchError as e:
+            return str(e)
+        return None
+
+    def _sgd(self) -> LearningRateSGD:
+        return LearningRateSGD(self.problem.eta0, learning_rate="constant")
+
+    def _common(self) -> dict:
+        return dict(
+            batch_size=self.batch_size,
+            device=self.device,
+            shuffle=self.shuffle,
+            random_state=self.problem.seed,
+        )
+
+    def _fit(self, epochs: int) -> list[float]:
+        data = self.problem.data
+        self.trainer = self._trainer().set_params(max_iter=epochs)
+        self.trainer.fit(data.X_train, data.y_train)
+        return list(self.trainer.train_losses_)
+
+    def _continue(self, epochs: int) -> None:
+        data = self.problem.data
+        self.trainer.set_params(warm_start=True, max_iter=epochs).fit(data.X_train, data.y_train)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        binary = self.problem.task == "binary"
+        if not hasattr(self, "trainer"):
+            session = onnxruntime.InferenceSession(
+                self.problem.onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]
+            )
+            output = session.run(None, {session.get_inputs()[0].name: X})[1 if binary else 0]
+        elif binary:
+            output = self.trainer.predict_proba(X)
+        else:
+            output = self.trainer.predict(X)
+        return output[:, 1] if binary else np.ravel(output)
+
+    def runtime_counts(self) -> RuntimeCounts:
+        """Counts over one more epoch (call ``fit`` first)."""
+        with count_runtime(self.trainer) as counts:
+            self.continue_fit(1)
+        return counts
+
+
+class OrtFull(OrtContender):
+    """onnxruntime's on-device training API: the loss is in the graph (``FullTrainer``)."""
+
+    name = "ort-full"
+
+    def _trainer(self) -> BaseTrainer:
+        loss = "log" if self.problem.task == "binary" else "squared_error"
+        return FullTrainer(
+            self.problem.onnx_model, loss=loss, learning_rate=self._sgd(), **self._common()
+        )
+
+
+class OrtForwardBackward(OrtContender):
+    """TrainingAgent forward/backward with ONNX loss and update graphs, plain SGD."""
+
+    name = "ort-fwbw"
+
+    def _rate(self) -> BaseLearningRate:
+        return self._sgd()
+
+    def _trainer(self) -> BaseTrainer:
+        binary = self.problem.task == "binary"
+        return ForwardBackwardTrainer(
+            self.problem.onnx_model,
+            learning_loss=NegLogLearningLoss() if binary else SquareLearningLoss(),
+            learning_rate=self._rate(),
+            **self._common(),
+        )
+
+
+class OrtForwardBackwardNesterov(OrtForwardBackward):
+    """Forward/backward training with Nesterov momentum, as MLPRegressor(solver='sgd') runs it."""
+
+    name = "ort-fwbw-nesterov"
+
+    def _rate(self) -> BaseLearningRate:
+        return LearningRateSGDNesterov(
+            self.problem.eta0, learning_rate="constant", momentum=self.problem.momentum
+        )

@@ -1,0 +1,124 @@
+"""Contenders over scikit-learn: MLPRegressor/MLPClassifier with SGD, and SGDRegressor."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import re
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import SGDRegressor
+
+from ..problems import Problem
+from .base import Contender
+
+#: scikit-learn stops an MLP when the loss stalls this many epochs: never, here.
+_NEVER = 1_000_000
+
+
+def _cpu_only(device: str) -> str | None:
+    return None if device == "cpu" else "scikit-learn trains on the CPU only"
+
+
+class SklearnMLP(Contender):
+    """``MLPRegressor``/``MLPClassifier(solver='sgd')`` continuing from the reference model."""
+
+    name = "sklearn-mlp-sgd"
+    nesterov = False
+
+    @classmethod
+    def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
+        return _cpu_only(device)
+
+    def _fit(self, epochs: int) -> list[float]:
+        problem = self.problem
+        self.model = copy.deepcopy(problem.reference)
+        start = len(self.model.loss_curve_)
+        self.model.set_params(
+            warm_start=True,
+            batch_size=min(self.batch_size, len(problem.data.X_train)),  # as the others clip
+            learning_rate_init=problem.eta0,
+            momentum=problem.momentum if self.nesterov else 0.0,
+            nesterovs_momentum=True,
+            shuffle=self.shuffle,
+            tol=0.0,
+            n_iter_no_change=_NEVER,
+        )
+        self._continue(epochs)
+        return self.model.loss_curve_[start:]
+
+    def _continue(self, epochs: int) -> None:
+        data = self.problem.data
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            self.model.set_params(max_iter=epochs).fit(data.X_train, data.y_train)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        model = getattr(self, "model", self.problem.reference)
+        if self.problem.task == "binary":
+            return model.predict_proba(X)[:, 1]
+        return model.predict(X)
+
+
+class SklearnMLPNesterov(SklearnMLP):
+    """The same with momentum 0.9, Nesterov's."""
+
+    name = "sklearn-mlp-nesterov"
+    nesterov = True
+
+
+_EPOCH_LOSS = re.compile(r"Avg\. loss: (\S+?),")
+
+
+class SklearnSGD(Contender):
+    """``SGDRegressor``: a linear model updated one sample at a time."""
+
+    name = "sklearn-sgd"
+
+    @classmethod
+    def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
+        if not (problem.is_linear and problem.task == "regression"):
+            return "SGDRegressor trains linear regressions only"
+        if batch_size != 1:
+            return "SGDRegressor updates one sample at a time (batch size 1 only)"
+        return _cpu_only(device)
+
+    def _fit(self, epochs: int) -> list[float]:
+        problem, data = self.problem, self.problem.data
+        coefs, intercepts = problem.initial_weights()
+        self.model = SGDRegressor(
+            penalty=None,
+            alpha=0.0,
+            learning_rate="constant",
+            eta0=problem.eta0,
+            max_iter=epochs,
+            tol=None,
+            shuffle=self.shuffle,
+            random_state=problem.seed,
+            verbose=1,
+        )
+        # SGDRegressor prints each epoch's mean loss (0.5 * (p - y)^2 before each update)
+        # and keeps no loss curve: read it from there.
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            self.model.fit(
+                data.X_train, data.y_train, coef_init=coefs[0].ravel(), intercept_init=intercepts[0]
+            )
+        self.model.set_params(verbose=0, warm_start=True)
+        losses = [float(v) for v in _EPOCH_LOSS.findall(printed.getvalue())]
+        if len(losses) != epochs:
+            raise RuntimeError("could not read SGDRegressor's epoch losses from its verbose output")
+        return losses
+
+    def _continue(self, epochs: int) -> None:
+        data = self.problem.data
+        self.model.set_params(max_iter=epochs).fit(data.X_train, data.y_train)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        if hasattr(self, "model"):
+            return self.model.predict(X)
+        coefs, intercepts = self.problem.initial_weights()
+        return (X @ coefs[0] + intercepts[0]).ravel()

@@ -1,0 +1,188 @@
+"""The comparison matrix: contenders x problems x data sets x batch sizes x devices.
+
+:func:`run_matrix` runs every cell in turn and appends its row to the run folder as soon
+as it finishes. A cell a contender cannot run gets a row with status
+"unavailable: <reason>", a cell that raised gets "failed: <error>": no cell disappears.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..training import OrtBenchError
+from .contenders import CONTENDERS, Unavailable, make_contender
+from .datasets import DATASETS
+from .machine import machine, versions
+from .memory import peak_memory
+from .problems import PROBLEMS, make_problem
+from .store import ResultsWriter
+
+DEVICES = ("cpu", "cuda")
+
+#: Row columns a cell measures: NaN when it did not get that far.
+_MEASURED = (
+    "seconds_per_step",
+    "seconds_per_step_min",
+    "seconds_per_step_max",
+    "peak_memory_mb",
+    "initial_loss",
+    "final_train_loss",
+    "validation_loss",
+    "validation_score",
+    "runs_per_step",
+    "ortvalues_per_step",
+)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to run: the matrix's axes, epochs per fit and timing repeats."""
+
+    contenders: tuple[str, ...] = tuple(CONTENDERS)
+    problems: tuple[str, ...] = PROBLEMS
+    datasets: tuple[str, ...] = ("make_regression",)
+    batch_sizes: tuple[int, ...] = (1, 15, 64, 256, 1024)
+    devices: tuple[str, ...] = DEVICES
+    epochs: int = 3
+    repeat: int = 6
+    #: rows kept from each data set (None: all); small runs for tests
+    n_samples: int | None = None
+
+    def check(self) -> BenchConfig:
+        """Raise a one-line error for anything the matrix cannot run."""
+        for axis, known in (
+            ("contenders", CONTENDERS),
+            ("problems", PROBLEMS),
+            ("datasets", DATASETS),
+            ("devices", DEVICES),
+        ):
+            values = getattr(self, axis)
+            if not values:
+                raise OrtBenchError(f"no {axis} to run")
+            unknown = [v for v in values if v not in known]
+            if unknown:
+                raise OrtBenchError(f"unknown {axis} {unknown}: expected some of {list(known)}")
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise OrtBenchError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
+        for name in ("epochs", "repeat"):
+            if getattr(self, name) < 1:
+                raise OrtBenchError(f"{name} must be >= 1, got {getattr(self, name)}")
+        return self
+
+
+#: ``ortbench bench --quick``: the default problem, four contenders, two batch sizes.
+QUICK = BenchConfig(
+    contenders=("sklearn-mlp-sgd", "ort-full", "ort-fwbw", "ort-fwbw-nesterov"),
+    problems=("mlp",),
+    batch_sizes=(15, 256),
+    devices=("cpu",),
+    epochs=3,
+    repeat=8,
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One contender on one problem, data set, batch size and device."""
+
+    contender: str
+    problem: str
+    dataset: str
+    batch_size: int
+    device: str
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.contender} {self.problem}/{self.dataset} batch={self.batch_size} {self.device}"
+        )
+
+
+def cells(config: BenchConfig) -> list[Cell]:
+    """Every cell of the matrix, grouped by problem, data set, device and batch size."""
+    return [
+        Cell(contender, problem, dataset, batch, device)
+        for problem, dataset, device, batch, contender in itertools.product(
+            config.problems, config.datasets, config.devices, config.batch_sizes, config.contenders
+        )
+    ]
+
+
+@dataclass
+class CellResult:
+    """A finished cell: its row, its timing samples and its loss curve."""
+
+    row: dict
+    samples: list[float] = field(default_factory=list)
+    loss_curve: list[float] = field(default_factory=list)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def run_cell(cell: Cell, config: BenchConfig) -> CellResult:
+    """Fit the cell's contender, time ``repeat`` more fits of ``epochs`` epochs, score it."""
+    problem = make_problem(cell.problem, cell.dataset, n_samples=config.n_samples)
+    row = {
+        **vars(cell),
+        "epochs": config.epochs,
+        "steps": config.epochs * problem.steps_per_epoch(cell.batch_size),
+        "repeat": config.repeat,
+        "status": "ok",
+    }
+    try:
+        contender = make_contender(cell.contender, problem, cell.batch_size, cell.device)
+    except Unavailable as e:
+        return CellResult({**row, "status": f"unavailable: {e}"})
+    data = problem.data
+    try:
+        row["initial_loss"] = problem.loss(data.y_train, contender.predict(data.X_train))
+        with peak_memory() as peak:
+            contender.fit(config.epochs)
+        row["peak_memory_mb"] = peak.mb
+        row["final_train_loss"] = contender.loss_curve_[-1]
+        validation = contender.predict(data.X_val)
+        row["validation_loss"] = problem.loss(data.y_val, validation)
+        row["validation_score"] = problem.score(data.y_val, validation)
+        samples = [contender.seconds_per_step(config.epochs) for _ in range(config.repeat)]
+        counts = contender.runtime_counts()
+    except Exception as e:  # a cell that breaks is a result, not the end of the run
+        return CellResult({**row, "status": f"failed: {_first_line(e)}"})
+    row.update(
+        seconds_per_step=float(np.median(samples)),
+        seconds_per_step_min=min(samples),
+        seconds_per_step_max=max(samples),
+    )
+    if counts is not None:
+        row.update(runs_per_step=counts.runs_per_step, ortvalues_per_step=counts.ortvalues_per_step)
+    return CellResult(row, samples, contender.loss_curve_)
+
+
+def run_matrix(
+    config: BenchConfig,
+    writer: ResultsWriter,
+    run_id: str,
+    progress: Callable[[int, int, Cell, dict], None] | None = None,
+) -> int:
+    """Run every cell, appending each row to ``writer`` as it finishes; return the count."""
+    todo = cells(config.check())
+    context = {"run_id": run_id, **versions(), **machine()}
+    for done, cell in enumerate(todo, 1):
+        result = run_cell(cell, config)
+        row = {column: np.nan for column in _MEASURED} | context | result.row
+        writer.append(row, result.samples, result.loss_curve)
+        if progress is not None:
+            progress(done, len(todo), cell, row)
+    return len(todo)
+
+
+def run_id_now() -> str:
+    """A run id from the local time: sortable and readable."""
+    return time.strftime("%Y%m%d-%H%M%S")

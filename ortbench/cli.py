@@ -1,0 +1,185 @@
+"""The ``ortbench`` command: ``bench`` runs the comparison matrix, ``compare`` judges two runs.
+
+Exit status: 0 success; 1 ``compare`` found a regression or a failure; 2 bad input (one
+line on stderr); 3 ``compare`` had nothing to compare; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .bench.contenders import CONTENDERS
+from .bench.datasets import DATASETS
+from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
+from .bench.problems import PROBLEMS
+from .bench.store import RESULTS_CSV, ResultsWriter
+from .report.plots import write_plots
+from .report.resultsets import load_result_set
+from .report.summary import SUMMARY_MD, write_summary
+from .report.units import format_seconds
+from .report.verdicts import compare, comparison_markdown
+from .training import OrtBenchError
+
+EXIT_FAILING = 1
+EXIT_USAGE = 2
+EXIT_NOTHING = 3
+EXIT_INTERRUPTED = 130
+
+
+def _names(values: list[str]) -> tuple[str, ...]:
+    """Accept ``a b``, ``a,b`` or a mix."""
+    return tuple(name for value in values for name in value.split(",") if name)
+
+
+def _integers(values: list[str]) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in _names(values))
+    except ValueError:
+        raise OrtBenchError(f"batch sizes must be integers, got {' '.join(values)}") from None
+
+
+def _progress(start: float):
+    def report(done: int, total: int, cell: Cell, row: dict) -> None:
+        status = row["status"]
+        if status == "ok":
+            status = f"{format_seconds(row['seconds_per_step'])} per step"
+        elapsed = time.perf_counter() - start
+        print(f"[{done}/{total} {elapsed:4.0f}s] {cell.label}: {status}", file=sys.stderr)
+
+    return report
+
+
+def _new_folder(root: Path, run_id: str) -> Path:
+    folder, k = root / run_id, 1
+    while folder.exists():
+        folder, k = root / f"{run_id}-{k}", k + 1
+    return folder
+
+
+def _write_reports(folder: Path) -> str:
+    text = write_summary(folder)
+    write_plots(folder)
+    return text
+
+
+def _bench(args: argparse.Namespace) -> int:
+    config = QUICK if args.quick else BenchConfig()
+    overrides = {
+        "contenders": args.contenders and _names(args.contenders),
+        "problems": args.problem and _names(args.problem),
+        "datasets": args.dataset and _names(args.dataset),
+        "batch_sizes": args.batch_sizes and _integers(args.batch_sizes),
+        "devices": args.devices and _names(args.devices),
+        "epochs": args.epochs,
+        "repeat": args.repeat,
+    }
+    config = replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
+    run_id = run_id_now()
+    folder = _new_folder(Path(args.out), run_id)
+    start = time.perf_counter()
+    print(f"ortbench bench: writing {folder}", file=sys.stderr)
+    try:
+        run_matrix(config, ResultsWriter(folder), run_id, progress=_progress(start))
+    except KeyboardInterrupt:
+        if (folder / RESULTS_CSV).exists():
+            _write_reports(folder)
+        print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(_write_reports(folder))
+    elapsed = time.perf_counter() - start
+    print(
+        f"ortbench bench: {folder / SUMMARY_MD} and plots written in {elapsed:.0f}s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    if args.threshold <= 0:
+        raise OrtBenchError(f"--threshold must be > 0, got {args.threshold}")
+    if not 0 <= args.warn <= args.threshold:
+        raise OrtBenchError(f"--warn must be between 0 and --threshold, got {args.warn}")
+    comparison = compare(
+        load_result_set(args.base), load_result_set(args.head), args.threshold, args.warn
+    )
+    if comparison.compared == 0:
+        print(
+            f"ortbench: nothing to compare: {args.base} and {args.head} share no benchmark",
+            file=sys.stderr,
+        )
+        return EXIT_NOTHING
+    text = comparison_markdown(comparison)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    print(text)
+    return EXIT_FAILING if comparison.failing else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ortbench", description="Benchmark training with onnxruntime against its peers."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    bench = commands.add_parser(
+        "bench",
+        help="run the comparison matrix",
+        description="Run contenders x problems x data sets x batch sizes x devices and write "
+        "results.csv, results.jsonl, loss_curves.csv, summary.md and plots into OUT/<run-id>/.",
+    )
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a short run: {', '.join(QUICK.contenders)} on {QUICK.problems[0]} at batch "
+        f"sizes {', '.join(map(str, QUICK.batch_sizes))} (other options still apply)",
+    )
+    bench.add_argument(
+        "--contenders", nargs="+", metavar="NAME", help=f"of {', '.join(CONTENDERS)}"
+    )
+    bench.add_argument("--problem", nargs="+", metavar="NAME", help=f"of {', '.join(PROBLEMS)}")
+    bench.add_argument("--dataset", nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}")
+    bench.add_argument("--batch-sizes", nargs="+", metavar="N")
+    bench.add_argument("--devices", nargs="+", metavar="NAME", help=f"of {', '.join(DEVICES)}")
+    bench.add_argument("--epochs", type=int, help=f"epochs per fit (default {BenchConfig.epochs})")
+    bench.add_argument(
+        "--repeat", type=int, help=f"timed fits per cell (default {BenchConfig.repeat})"
+    )
+    bench.add_argument("--out", default="reports", help="parent folder of the run folder")
+    bench.set_defaults(func=_bench)
+
+    comparison = commands.add_parser(
+        "compare",
+        help="judge HEAD against BASE",
+        description="Compare two asv result files or two ortbench bench run folders and "
+        "write a markdown report. Exit 1 when anything regressed or failed, 3 when there "
+        "is nothing to compare.",
+    )
+    comparison.add_argument("base", metavar="BASE")
+    comparison.add_argument("head", metavar="HEAD")
+    comparison.add_argument(
+        "--threshold", type=float, default=0.10, help="relative change that counts (0.10)"
+    )
+    comparison.add_argument(
+        "--warn", type=float, default=0.05, help="relative slowdown that warns (0.05)"
+    )
+    comparison.add_argument("--out", help="also write the report to this file")
+    comparison.set_defaults(func=_compare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except OrtBenchError as e:
+        print(f"ortbench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

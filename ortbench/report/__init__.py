@@ -1,0 +1,1 @@
+"""Reports over benchmark results: the run summary, plots and regression verdicts."""

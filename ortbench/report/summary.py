@@ -1,0 +1,93 @@
+"""``summary.md``: per problem and batch size, each contender's time per step and speed-up."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ..bench.contenders import BASELINE
+from ..bench.store import read_results
+from .units import format_seconds
+
+SUMMARY_MD = "summary.md"
+
+
+def _number(value: float) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.4g}"
+
+
+def _speedup(baseline: float, seconds: float) -> str:
+    if math.isnan(baseline) or math.isnan(seconds) or seconds <= 0:
+        return "n/a"
+    return f"{baseline / seconds:.2f}x"
+
+
+def _group_table(rows: pd.DataFrame) -> list[str]:
+    lines = [
+        f"| batch size | contender | time per step | min - max | speed-up vs {BASELINE} "
+        "| final train loss | validation loss |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for batch_size, batch in rows.groupby("batch_size", sort=True):
+        base = batch.loc[batch.contender == BASELINE, "seconds_per_step"]
+        baseline = float(base.iloc[0]) if len(base) else math.nan
+        for row in batch.itertuples():
+            spread = (
+                f"{format_seconds(row.seconds_per_step_min)} - "
+                f"{format_seconds(row.seconds_per_step_max)}"
+            )
+            lines.append(
+                f"| {batch_size} | {row.contender} | {format_seconds(row.seconds_per_step)} "
+                f"| {spread} | {_speedup(baseline, row.seconds_per_step)} "
+                f"| {_number(row.final_train_loss)} | {_number(row.validation_loss)} |"
+            )
+    return lines
+
+
+def summary_markdown(results: pd.DataFrame) -> str:
+    """The markdown summary of a results table."""
+    if results.empty:
+        return "# ortbench bench\n\nNo cell finished.\n"
+    first = results.iloc[0]
+    lines = [
+        f"# ortbench bench: run {first.run_id}",
+        "",
+        f"Time per training step: median over {first['repeat']} timed fits of "
+        f"{first['epochs']} epochs each, after a first fit of as many epochs that built the "
+        f"model and gave the losses. Speed-up: {BASELINE}'s time per step over the "
+        "contender's, at the same batch size.",
+        "",
+        f"Machine: {first.cpu_model}, {first.cpu_cores} cores, {first.cpu_threads} threads "
+        f"({first.platform}). Python {first.python_version}, onnxruntime "
+        f"{first.onnxruntime_version}, scikit-learn {first.sklearn_version}, numpy "
+        f"{first.numpy_version}, torch {first.torch_version}.",
+    ]
+    ok = results[results.status == "ok"]
+    for (problem, dataset, device), rows in ok.groupby(
+        ["problem", "dataset", "device"], sort=False
+    ):
+        lines += ["", f"## {problem} on {dataset}, {device}", "", *_group_table(rows)]
+    other = results[results.status != "ok"]
+    if len(other):
+        lines += [
+            "",
+            "## Cells not run",
+            "",
+            "| contender | problem | dataset | batch size | device | status |",
+            "|---|---|---|---:|---|---|",
+        ]
+        lines += [
+            f"| {r.contender} | {r.problem} | {r.dataset} | {r.batch_size} | {r.device} "
+            f"| {r.status} |"
+            for r in other.itertuples()
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(folder: str | Path) -> str:
+    """Write ``summary.md`` into a run folder from its results; return its text."""
+    text = summary_markdown(read_results(folder))
+    (Path(folder) / SUMMARY_MD).write_text(text, encoding="utf-8")
+    return text

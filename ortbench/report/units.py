@@ -1,0 +1,29 @@
+"""Numbers as people read them in a report."""
+
+from __future__ import annotations
+
+import math
+
+
+def format_seconds(seconds: float) -> str:
+    """3 significant digits in s, ms or µs."""
+    if seconds is None or math.isnan(seconds):
+        return "n/a"
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def format_value(value: float | None, unit: str | None) -> str:
+    """A measured value with its unit: seconds and bytes scaled, anything else as is."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if unit == "seconds":
+        return format_seconds(value)
+    if unit == "bytes":
+        for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if abs(value) >= scale:
+                return f"{value / scale:.3g} {name}"
+        return f"{value:.0f} B"
+    return f"{value:.4g}"

@@ -1,0 +1,182 @@
+"""Regression verdicts between two result sets, and their markdown report.
+
+A change counts only when it is statistically significant (see :mod:`.significance`) and
+beyond the threshold, as ``asv compare`` decides. Verdicts:
+
+- regressed: significantly slower (larger) by more than the threshold, or a counter grew;
+- improved: significantly faster (smaller) by more than the threshold, or a counter fell;
+- warning: significantly slower by more than ``warn`` but not by more than the threshold;
+- not significant: beyond the threshold but within the noise;
+- unchanged: anything else measured on both sides;
+- failed: errored on one side (or both);
+- missing: measured on one side only.
+
+Cells skipped on both sides (setup raised NotImplementedError, "unavailable") are left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from .resultsets import Measurement, ResultSet
+from .significance import is_significant
+from .units import format_value
+
+REGRESSED = "regressed"
+FAILED = "failed"
+WARNING = "warning"
+NOT_SIGNIFICANT = "not significant"
+IMPROVED = "improved"
+MISSING = "missing"
+UNCHANGED = "unchanged"
+#: Report order: what needs attention first.
+ORDER = (FAILED, REGRESSED, WARNING, NOT_SIGNIFICANT, IMPROVED, MISSING, UNCHANGED)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision on one (benchmark, parameters) pair."""
+
+    benchmark: str
+    params: str
+    before: Measurement | None
+    after: Measurement | None
+    verdict: str
+    ratio: float | None = None
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    """Every verdict between BASE and HEAD, with the settings that decided them."""
+
+    base: str
+    head: str
+    threshold: float
+    warn: float
+    verdicts: list[Verdict]
+
+    def counts(self) -> Counter:
+        return Counter(v.verdict for v in self.verdicts)
+
+    @property
+    def failing(self) -> bool:
+        """True when anything regressed or failed: CI should fail."""
+        counts = self.counts()
+        return bool(counts[REGRESSED] or counts[FAILED])
+
+    @property
+    def compared(self) -> int:
+        """How many pairs had a value, or an error, on both sides."""
+        return sum(v.verdict != MISSING for v in self.verdicts)
+
+
+def _ratio(before: float, after: float) -> float:
+    if before == 0:
+        return 1.0 if after == 0 else math.inf
+    return after / before
+
+
+def judge(
+    before: Measurement, after: Measurement, threshold: float, warn: float
+) -> tuple[str, float | None, str]:
+    """Verdict, ratio (after / before) and a note for one pair measured on both sides."""
+    if before.failed or after.failed:
+        side = "both" if before.failed and after.failed else "HEAD" if after.failed else "BASE"
+        return FAILED, None, f"errored in {side}"
+    if before.skipped or after.skipped:
+        return MISSING, None, f"could not run in {'BASE' if before.skipped else 'HEAD'}"
+    ratio = _ratio(before.value, after.value)
+    if before.counter or after.counter:
+        if after.value > before.value:
+            return REGRESSED, ratio, "counter increased"
+        return (IMPROVED if after.value < before.value else UNCHANGED), ratio, ""
+    significant = is_significant(before, after)
+    note = "no statistics: decided on the threshold alone" if significant is None else ""
+    if ratio > 1 + threshold or ratio < 1 / (1 + threshold):
+        if significant is False:
+            return NOT_SIGNIFICANT, ratio, "within the noise"
+        return (REGRESSED if ratio > 1 else IMPROVED), ratio, note
+    if ratio > 1 + warn and significant is not False:
+        return WARNING, ratio, note
+    return UNCHANGED, ratio, ""
+
+
+def compare(
+    base: ResultSet, head: ResultSet, threshold: float = 0.10, warn: float = 0.05
+) -> Comparison:
+    """Judge every benchmark of either result set."""
+    verdicts = []
+    for key in sorted(set(base.measurements) | set(head.measurements)):
+        before, after = base.measurements.get(key), head.measurements.get(key)
+        if before is None or after is None:
+            present = before or after
+            if present.skipped:
+                continue
+            note = f"only in {'BASE' if after is None else 'HEAD'}"
+            verdicts.append(Verdict(*key, before, after, MISSING, None, note))
+            continue
+        if before.skipped and after.skipped:
+            continue
+        verdicts.append(Verdict(*key, before, after, *judge(before, after, threshold, warn)))
+    verdicts.sort(key=lambda v: ORDER.index(v.verdict))
+    return Comparison(base.label, head.label, threshold, warn, verdicts)
+
+
+def _cell(m: Measurement | None) -> str:
+    if m is None:
+        return "-"
+    if m.failed:
+        return "failed"
+    return format_value(m.value, m.unit)
+
+
+def _line(v: Verdict) -> str:
+    ratio = "n/a" if v.ratio is None else f"{v.ratio:.2f}"
+    verdict = f"**{v.verdict}**" if v.verdict in (FAILED, REGRESSED) else v.verdict
+    note = f" ({v.note})" if v.note else ""
+    return (
+        f"| {verdict}{note} | `{v.benchmark}` | {v.params or '-'} | {_cell(v.before)} "
+        f"| {_cell(v.after)} | {ratio} |"
+    )
+
+
+def comparison_markdown(comparison: Comparison) -> str:
+    """A report that reads as a pull-request comment and as a CI artifact."""
+    counts = comparison.counts()
+    tally = ", ".join(f"{counts[v]} {v}" for v in ORDER if counts[v])
+    headline = "Regressions found" if comparison.failing else "No regression"
+    lines = [
+        f"## Benchmarks: {headline}",
+        "",
+        f"BASE: {comparison.base}  ",
+        f"HEAD: {comparison.head}",
+        "",
+        f"{tally or 'nothing compared'}.",
+        "",
+        f"A change counts when it is statistically significant (Mann-Whitney U, p < 0.002, "
+        f"on the samples where there are enough of them, else non-overlapping 99% confidence "
+        f"intervals) and beyond {comparison.threshold:.0%}; warnings are significant slowdowns "
+        f"beyond {comparison.warn:.0%}. Counters regress at any increase. Ratio: HEAD / BASE.",
+    ]
+    header = [
+        "| verdict | benchmark | parameters | BASE | HEAD | ratio |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    flagged = [v for v in comparison.verdicts if v.verdict != UNCHANGED]
+    unchanged = [v for v in comparison.verdicts if v.verdict == UNCHANGED]
+    if flagged:
+        lines += ["", *header, *map(_line, flagged)]
+    if unchanged:
+        lines += [
+            "",
+            f"<details><summary>{len(unchanged)} unchanged</summary>",
+            "",
+            *header,
+            *map(_line, unchanged),
+            "",
+            "</details>",
+        ]
+    return "\n".join(lines) + "\n"

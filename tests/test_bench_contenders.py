@@ -1,0 +1,168 @@
+"""Contenders against independent references: numpy for the starting point, each other for
+the trajectory, the engine's documented step structure for the runtime counters."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+from onnxruntime.capi import _pybind_state as C
+
+from ortbench.bench.contenders import CONTENDERS, Unavailable, make_contender
+from ortbench.bench.counters import count_runtime
+from ortbench.bench.problems import make_problem
+
+TORCH = importlib.util.find_spec("torch") is not None
+#: (problem, data set, batch size): batch 1 on the linear problem lets sklearn-sgd run
+CASES = [("linear", "diabetes", 1), ("mlp", "diabetes", 16), ("mlp-binary", "breast_cancer", 16)]
+
+
+def problem_of(name: str, dataset: str):
+    return make_problem(name, dataset, n_samples=200)
+
+
+def numpy_output(problem, X) -> np.ndarray:
+    """The reference model written in numpy, float64: relu layers, identity or logistic out."""
+    a = X.astype(np.float64)
+    coefs, intercepts = problem.reference.coefs_, problem.reference.intercepts_
+    for k, (coef, intercept) in enumerate(zip(coefs, intercepts)):
+        a = a @ coef + intercept
+        if k < len(coefs) - 1:
+            a = np.maximum(a, 0)
+    return 1 / (1 + np.exp(-a.ravel())) if problem.task == "binary" else a.ravel()
+
+
+def expected_unavailable(name: str, problem, batch_size: int) -> str | None:
+    if name.startswith("torch") and not TORCH:
+        return "torch is not installed"
+    if name == "sklearn-sgd" and not problem.is_linear:
+        return "linear"
+    return None
+
+
+@pytest.mark.parametrize(("problem_name", "dataset", "batch_size"), CASES)
+def test_every_contender_starts_from_the_same_loss_and_learns(problem_name, dataset, batch_size):
+    problem = problem_of(problem_name, dataset)
+    X, y = problem.data.X_train, problem.data.y_train
+    initial = problem.loss(y, numpy_output(problem, X))
+    ran = []
+    for name in CONTENDERS:
+        reason = expected_unavailable(name, problem, batch_size)
+        if reason:
+            with pytest.raises(Unavailable, match=reason):
+                make_contender(name, problem, batch_size)
+            continue
+        contender = make_contender(name, problem, batch_size)
+        start = problem.loss(y, contender.predict(X))
+        assert start == pytest.approx(initial, rel=1e-5), name
+        contender.fit(3)
+        assert len(contender.loss_curve_) == 3, name
+        assert contender.loss_curve_[-1] < contender.loss_curve_[0], (name, contender.loss_curve_)
+        assert problem.loss(y, contender.predict(X)) < initial, name
+        assert contender.n_steps_ == 3 * problem.steps_per_epoch(batch_size), name
+        ran.append(name)
+    assert {"sklearn-mlp-sgd", "ort-full", "ort-fwbw", "ort-fwbw-nesterov"} <= set(ran)
+    assert ("sklearn-sgd" in ran) == problem.is_linear
+
+
+def curves(names, problem, batch_size, epochs=3):
+    return {
+        name: make_contender(name, problem, batch_size, shuffle=False).fit(epochs).loss_curve_
+        for name in names
+    }
+
+
+@pytest.mark.parametrize(
+    ("problem_name", "dataset", "batch_size", "same"),
+    [
+        ("mlp", "diabetes", 16, ["sklearn-mlp-sgd", "ort-full", "ort-fwbw"]),
+        ("mlp", "diabetes", 16, ["sklearn-mlp-nesterov", "ort-fwbw-nesterov"]),
+        ("mlp-binary", "breast_cancer", 16, ["sklearn-mlp-sgd", "ort-full", "ort-fwbw"]),
+        ("linear", "diabetes", 1, ["sklearn-sgd", "sklearn-mlp-sgd", "ort-fwbw"]),
+    ],
+)
+def test_same_batches_give_the_same_trajectory(problem_name, dataset, batch_size, same):
+    """The fairness claim: one problem, one optimisation, whatever trains it."""
+    found = curves(same, problem_of(problem_name, dataset), batch_size)
+    reference = found[same[0]]
+    for name in same[1:]:
+        # sklearn-sgd prints its losses with 6 decimals
+        np.testing.assert_allclose(found[name], reference, rtol=1e-4, atol=2e-6, err_msg=name)
+
+
+def test_cells_that_cannot_run_say_why():
+    problem = problem_of("mlp", "diabetes")
+    for name in CONTENDERS:
+        with pytest.raises(Unavailable) as error:
+            make_contender(name, problem, 16, device="cuda")
+        assert str(error.value), name
+    with pytest.raises(Unavailable, match="batch size 1 only"):
+        make_contender("sklearn-sgd", problem_of("linear", "diabetes"), 16)
+    with pytest.raises(Unavailable, match="CPU only"):
+        make_contender("sklearn-mlp-sgd", problem, 16, device="cuda")
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        with pytest.raises(Unavailable, match="not available"):
+            make_contender("ort-full", problem, 16, device="cuda")
+
+
+class LoopWithKnownCosts:
+    """A stand-in trainer whose epoch runs two graphs per batch and creates one OrtValue and
+    one fresh output per batch: what the counters must find."""
+
+    def __init__(self):
+        model = helper.make_model(
+            helper.make_graph(
+                [helper.make_node("Identity", ["X"], ["Y"])],
+                "identity",
+                [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 2])],
+                [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 2])],
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+        )
+        self.session = onnxruntime.InferenceSession(model.SerializeToString())._sess
+        self.device = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+        self.x = np.ones((2, 2), np.float32)
+
+    def _run_epoch(self, batches):
+        for _ in batches:
+            value = C.OrtValue.ortvalue_from_numpy(self.x, self.device)
+            feeds, fetches = C.OrtValueVector(), C.OrtValueVector()
+            feeds.push_back(value)
+            options = C.RunOptions()
+            self.session.run_with_ortvaluevector(
+                options, ["X"], feeds, ["Y"], fetches, [self.device]
+            )
+            binding = C.SessionIOBinding(self.session)
+            binding.bind_ortvalue_input("X", value)
+            binding.bind_ortvalue_output("Y", fetches[0])  # preallocated: not a new one
+            self.session.run_with_iobinding(binding, options)
+
+    def fit(self, n_batches):
+        self._run_epoch(range(n_batches))
+
+
+def test_counters_count_runs_and_new_ortvalues():
+    loop = LoopWithKnownCosts()
+    with count_runtime(loop) as counts:
+        loop.fit(5)
+    assert (counts.steps, counts.runs, counts.ortvalues) == (5, 10, 10)
+    loop.fit(3)  # outside the block: not counted, and the class is restored
+    assert counts.runs == 10
+    assert "_run_epoch" not in vars(loop)
+
+
+@pytest.mark.parametrize(
+    ("name", "runs"), [("ort-full", 2), ("ort-fwbw", 4), ("ort-fwbw-nesterov", 4)]
+)
+def test_engine_steps_cost_what_the_engine_documents(name, runs):
+    """Full training: train step + optimizer step; forward/backward: forward, loss,
+    backward, update. Both preallocate every buffer a step touches."""
+    problem = problem_of("mlp", "diabetes")
+    counts = make_contender(name, problem, 16).fit(1).runtime_counts()
+    assert counts.steps == problem.steps_per_epoch(16)
+    assert counts.runs_per_step == runs
+    assert counts.ortvalues_per_step == 0
+    assert make_contender("sklearn-mlp-sgd", problem, 16).runtime_counts() is None

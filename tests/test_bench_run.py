@@ -1,0 +1,168 @@
+"""The matrix run and its outputs: schema, unavailable cells, interruption, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ortbench.bench import matrix
+from ortbench.bench.matrix import BenchConfig, run_matrix
+from ortbench.bench.problems import make_problem
+from ortbench.bench.store import COLUMNS, LOSS_CURVES_CSV, RESULTS_CSV, ResultsWriter, read_records
+from ortbench.cli import main
+from ortbench.report.plots import write_plots
+from ortbench.report.summary import write_summary
+
+SMALL = BenchConfig(
+    contenders=("sklearn-mlp-sgd", "ort-full", "sklearn-sgd", "torch-sgd"),
+    problems=("mlp",),
+    datasets=("diabetes",),
+    batch_sizes=(16,),
+    devices=("cpu", "cuda"),
+    epochs=2,
+    repeat=3,
+    n_samples=120,
+)
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("run")
+    seen = []
+    count = run_matrix(SMALL, ResultsWriter(folder), "test-run", lambda *a: seen.append(a[:2]))
+    assert count == 8
+    assert seen == [(k, 8) for k in range(1, 9)]
+    return folder
+
+
+def test_results_schema(run_folder):
+    results = pd.read_csv(run_folder / RESULTS_CSV)
+    assert list(results.columns) == COLUMNS
+    assert len(results) == 8
+    assert (results.run_id == "test-run").all()
+    ok = results[results.status == "ok"]
+    assert sorted(ok.contender) == ["ort-full", "sklearn-mlp-sgd"]
+    assert set(ok.device) == {"cpu"}
+    others = results[results.status != "ok"]
+    assert others.status.str.startswith("unavailable: ").all()
+    assert set(others[others.contender == "sklearn-sgd"].status) == {
+        "unavailable: SGDRegressor trains linear regressions only"
+    }
+    for column in ("seconds_per_step", "peak_memory_mb", "final_train_loss", "validation_loss"):
+        assert np.isfinite(ok[column]).all(), column
+        assert others[column].isna().all(), column
+    assert (ok.seconds_per_step_min <= ok.seconds_per_step).all()
+    assert (ok.seconds_per_step <= ok.seconds_per_step_max).all()
+    problem = make_problem("mlp", "diabetes", n_samples=120)
+    assert (results.steps == 2 * math.ceil(len(problem.data.X_train) / 16)).all()
+    assert (ok.final_train_loss < ok.initial_loss).all()
+    assert ok.set_index("contender").runs_per_step.to_dict() == {
+        "ort-full": 2.0,
+        "sklearn-mlp-sgd": pytest.approx(np.nan, nan_ok=True),
+    }
+    assert (results.onnxruntime_version == "1.19.2").all()
+    assert (results.cpu_threads >= 1).all()
+
+    records = read_records(run_folder)
+    assert [r["contender"] for r in records] == list(results.contender)
+    for record in records:
+        assert len(record["seconds_per_step_samples"]) == (3 if record["status"] == "ok" else 0)
+        assert record["validation_loss"] is None or record["status"] == "ok"
+
+    curves = pd.read_csv(run_folder / LOSS_CURVES_CSV)
+    assert len(curves) == 2 * len(ok)
+    assert list(curves.epoch) == [1, 2, 1, 2]
+
+
+def test_summary_and_plots(run_folder):
+    text = write_summary(run_folder)
+    assert (run_folder / "summary.md").read_text() == text
+    assert "## mlp on diabetes, cpu" in text
+    assert "| 16 | sklearn-mlp-sgd |" in text and "| 1.00x |" in text
+    assert "| 16 | ort-full |" in text
+    assert "## Cells not run" in text
+    assert "unavailable: torch is not installed" in text or "torch-sgd" not in text
+    paths = write_plots(run_folder)
+    assert len(paths) == 3
+    for path in paths:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_interrupted_run_keeps_its_finished_rows(tmp_path, monkeypatch, capsys):
+    real = matrix.run_cell
+    calls = []
+
+    def interrupted_on_the_third_cell(cell, config):
+        calls.append(cell)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(cell, config)
+
+    monkeypatch.setattr(matrix, "run_cell", interrupted_on_the_third_cell)
+    options = "--contenders ort-fwbw,sklearn-mlp-sgd --problem linear --dataset diabetes"
+    options += " --batch-sizes 8 32 --devices cpu --epochs 1 --repeat 2"
+    status = main(["bench", *options.split(), "--out", str(tmp_path)])
+    assert status == 130
+    assert "interrupted" in capsys.readouterr().err
+    (folder,) = tmp_path.iterdir()
+    results = pd.read_csv(folder / RESULTS_CSV)
+    assert list(results.contender) == ["ort-fwbw", "sklearn-mlp-sgd"]
+    assert (results.status == "ok").all()
+    assert len(read_records(folder)) == 2
+    assert "| 8 | ort-fwbw |" in (folder / "summary.md").read_text()
+
+
+def test_a_cell_that_breaks_is_recorded(tmp_path, monkeypatch):
+    def broken(self, epochs):
+        raise ArithmeticError("the loss is nan\nsecond line")
+
+    monkeypatch.setattr("ortbench.bench.contenders.ort.OrtContender._fit", broken)
+    config = BenchConfig(
+        contenders=("ort-fwbw",), problems=("linear",), datasets=("diabetes",),
+        batch_sizes=(32,), devices=("cpu",), epochs=1, repeat=1,
+    )  # fmt: skip
+    run_matrix(config, ResultsWriter(tmp_path), "broken")
+    (record,) = read_records(tmp_path)
+    assert record["status"] == "failed: ArithmeticError: the loss is nan"
+
+
+def test_cli_bench_prints_the_summary(tmp_path, capsys):
+    options = "--contenders ort-full --problem linear --dataset diabetes --batch-sizes 32"
+    status = main(["bench", "--quick", *options.split(), "--repeat", "2", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert status == 0
+    assert out.startswith("# ortbench bench: run ")
+    assert "| 32 | ort-full |" in out
+    assert "[1/1" in err
+    (folder,) = tmp_path.iterdir()
+    assert {p.name for p in folder.iterdir()} >= {"results.csv", "summary.md", "speedup.png"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "--contenders", "nope"], "unknown contenders ['nope']"),
+        (["bench", "--batch-sizes", "ten"], "batch sizes must be integers"),
+        (["bench", "--batch-sizes", "0"], "batch sizes must be >= 1"),
+        (["bench", "--epochs", "0"], "epochs must be >= 1"),
+        (["bench", "--dataset", "mnist"], "unknown datasets ['mnist']"),
+        (["compare", "no/such/base.json", "no/such/head.json"], "does not exist"),
+        (["compare", "a", "b", "--threshold", "-1"], "--threshold must be > 0"),
+    ],
+)
+def test_bad_input_is_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("ortbench: error: ") and message in err
+
+
+def test_results_jsonl_tolerates_a_cut_last_line(run_folder, tmp_path):
+    text = (run_folder / "results.jsonl").read_text()
+    (tmp_path / "results.jsonl").write_text(text + '{"run_id": "cut')
+    assert len(read_records(tmp_path)) == 8
+    assert json.loads(text.splitlines()[0])["run_id"] == "test-run"
