@@ -1,4 +1,5 @@
-"""The ``ortbench`` command: ``bench`` runs the comparison matrix, ``compare`` judges two runs.
+"""The ``ortbench`` command: ``bench`` runs the comparison matrix, ``compare`` judges two runs,
+``profile`` profiles one contender, ``report`` writes a run folder's ``index.html``.
 
 Exit status: 0 success; 1 ``compare`` found a regression or a failure; 2 bad input (one
 line on stderr); 3 ``compare`` had nothing to compare; 130 interrupted.
@@ -12,14 +13,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .bench.contenders import CONTENDERS
+from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
-from .bench.problems import PROBLEMS
+from .bench.problems import PROBLEMS, make_problem
 from .bench.store import RESULTS_CSV, ResultsWriter
+from .profiling.driver import ProfileRequest, profile
+from .report.html import write_index
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
-from .report.summary import SUMMARY_MD, write_summary
+from .report.summary import SUMMARY_MD
 from .report.units import format_seconds
 from .report.verdicts import compare, comparison_markdown
 from .training import OrtBenchError
@@ -61,9 +64,9 @@ def _new_folder(root: Path, run_id: str) -> Path:
 
 
 def _write_reports(folder: Path) -> str:
-    text = write_summary(folder)
     write_plots(folder)
-    return text
+    write_index(folder)  # writes summary.md too
+    return (folder / SUMMARY_MD).read_text(encoding="utf-8")
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -95,6 +98,47 @@ def _bench(args: argparse.Namespace) -> int:
         f"ortbench bench: {folder / SUMMARY_MD} and plots written in {elapsed:.0f}s",
         file=sys.stderr,
     )
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    if args.contender not in CONTENDERS:
+        raise OrtBenchError(
+            f"unknown contender {args.contender!r}: expected one of {list(CONTENDERS)}"
+        )
+    if args.batch_size < 1 or args.epochs < 1:
+        raise OrtBenchError("--batch-size and --epochs must be >= 1")
+    if not 0 <= args.min_fraction < 1:
+        raise OrtBenchError(f"--min-fraction must be in [0, 1), got {args.min_fraction}")
+    request = ProfileRequest(
+        args.contender,
+        args.problem,
+        args.dataset,
+        args.batch_size,
+        args.epochs,
+        args.device,
+        args.min_fraction,
+    )
+    folder = _new_folder(Path(args.out), run_id_now())
+    print(f"ortbench profile: writing {folder}", file=sys.stderr)
+    try:
+        make_contender(
+            args.contender, make_problem(args.problem, args.dataset), args.batch_size, args.device
+        )
+    except Unavailable as e:
+        raise OrtBenchError(f"{args.contender} cannot run this cell: {e}") from None
+    profile_folder = profile(request, folder, log=lambda line: print(line, file=sys.stderr))
+    index = write_index(folder)
+    print((profile_folder / "profile.md").read_text(encoding="utf-8"))
+    print(f"ortbench profile: {index} written", file=sys.stderr)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    folder = Path(args.run_dir)
+    if not folder.is_dir():
+        raise OrtBenchError(f"no run folder at {folder}")
+    print(write_index(folder))
     return 0
 
 
@@ -168,6 +212,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     comparison.add_argument("--out", help="also write the report to this file")
     comparison.set_defaults(func=_compare)
+
+    profiling = commands.add_parser(
+        "profile",
+        help="profile one contender's training run",
+        description="Profile a training run of CONTENDER with cProfile, py-spy and "
+        "onnxruntime's profiler; write OUT/<run-id>/profile-CONTENDER/ and index.html.",
+    )
+    profiling.add_argument("contender", metavar="CONTENDER", help=f"of {', '.join(CONTENDERS)}")
+    profiling.add_argument("--problem", default="mlp", choices=PROBLEMS)
+    profiling.add_argument("--dataset", default="make_regression", choices=DATASETS)
+    profiling.add_argument("--batch-size", type=int, default=15)
+    profiling.add_argument("--epochs", type=int, default=3)
+    profiling.add_argument("--device", default="cpu", choices=DEVICES)
+    profiling.add_argument(
+        "--min-fraction", type=float, default=0.001, help="cut call-tree nodes below this share"
+    )
+    profiling.add_argument("--out", default="reports", help="parent folder of the run folder")
+    profiling.set_defaults(func=_profile)
+
+    reporting = commands.add_parser(
+        "report",
+        help="write index.html for a run folder",
+        description="Turn a run folder of ortbench bench or profile into index.html and "
+        "summary.md (self-contained: everything it shows lives in the folder).",
+    )
+    reporting.add_argument("run_dir", metavar="RUN_DIR")
+    reporting.set_defaults(func=_report)
     return parser
 
 

@@ -1,0 +1,61 @@
+"""``steps.md``: where a training step's time goes, phase by phase, from onnxruntime's timings.
+
+Each session a trainer creates has a label (``runtime.session_options``); the runs of a
+session in the profiled window map to phases. TrainingAgent runs forward and backward in
+one session, alternately. What the runs do not cover is time spent outside onnxruntime:
+Python, bindings, the per-epoch shuffle.
+"""
+
+from __future__ import annotations
+
+#: Session label -> the phase of each of its runs within a step, in order.
+PHASES = {
+    "ForwardBackwardTrainer_agent": ("forward", "backward"),
+    "ForwardBackwardTrainer_loss0": ("loss and its gradient",),
+    "ForwardBackwardTrainer_loss1": ("loss and its gradient",),
+    "ForwardBackwardTrainer_update": ("update (penalty fused)",),
+    "FullTrainer_train_step": ("forward, loss and backward",),
+    "FullTrainer_optimizer": ("update",),
+}
+
+
+def phase_times(run_times: dict[str, list[float]], steps: int) -> dict[str, float]:
+    """Microseconds per step for each phase, from the per-session run durations."""
+    phases: dict[str, float] = {}
+    for label, durations in run_times.items():
+        if label not in PHASES or not durations:
+            continue
+        names = PHASES[label]
+        for k, duration in enumerate(durations):
+            phase = names[k % len(names)]
+            phases[phase] = phases.get(phase, 0.0) + duration / steps
+    return phases
+
+
+def steps_markdown(
+    run_times: dict[str, list[float]], steps: int, step_us: float, plain_step_us: float
+) -> str:
+    """The phase table of a profiled window of ``steps`` steps of ``step_us`` each.
+
+    ``plain_step_us`` is the same step timed without the profiler, which slows every node.
+    """
+    phases = phase_times(run_times, steps)
+    inside = sum(phases.values())
+    runs = sum(len(d) for label, d in run_times.items() if label in PHASES) / steps
+    lines = [
+        "# Where a step goes",
+        "",
+        f"{steps} steps after warm-up, {runs:g} onnxruntime runs per step. Under "
+        f"onnxruntime's profiler a step took {step_us:.1f} µs (wall time), without it "
+        f"{plain_step_us:.1f} µs: the profiler's per-node records inflate the runs, so read "
+        "the shares. Data are staged as OrtValues once per fit (no per-step copy); the "
+        "per-epoch shuffle counts as time outside onnxruntime.",
+        "",
+        "| phase | µs per step (profiled) | share of the step |",
+        "|---|---:|---:|",
+    ]
+    for phase, us in phases.items():
+        lines.append(f"| {phase} | {us:.1f} | {us / step_us:.1%} |")
+    outside = max(step_us - inside, 0.0)
+    lines.append(f"| outside onnxruntime | {outside:.1f} | {outside / step_us:.1%} |")
+    return "\n".join(lines) + "\n"
