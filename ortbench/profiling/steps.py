@@ -11,8 +11,7 @@ from __future__ import annotations
 #: Session label -> the phase of each of its runs within a step, in order.
 PHASES = {
     "ForwardBackwardTrainer_agent": ("forward", "backward"),
-    "ForwardBackwardTrainer_loss0": ("loss and its gradient",),
-    "ForwardBackwardTrainer_loss1": ("loss and its gradient",),
+    "ForwardBackwardTrainer_loss": ("loss and its gradient",),
     "ForwardBackwardTrainer_update": ("update (penalty fused)",),
     "FullTrainer_train_step": ("forward, loss and backward",),
     "FullTrainer_optimizer": ("update",),

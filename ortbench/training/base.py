@@ -107,8 +107,11 @@ class BaseTrainer(BaseEstimator):
             quiet_logs()
             self._build()
         self._set_learning_rate(self.learning_rate_.value)
-        arrays = [X, Y] + ([w] if w is not None else [])
-        loader = BatchLoader(arrays, self.batch_size, self.device, self.shuffle, self.random_state)
+        if w is None:
+            w = np.ones(len(X), dtype=np.float32)
+        loader = BatchLoader(
+            [X, Y, w], self.batch_size, self.device, self.shuffle, self.random_state
+        )
         self._start_fit(loader)
         self._predictor = None
         start = time.perf_counter()
@@ -181,6 +184,15 @@ class BaseTrainer(BaseEstimator):
         self.output_name_ = training_output(model)
         self._train_model = select_outputs(model, [self.output_name_])
         self.is_classifier_ = self._learning_loss().is_classification
+
+    def _static_batch(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """A copy whose inputs and outputs have ``batch_size`` rows (see data.BatchLoader)."""
+        model = set_initializers(model, {})
+        for value in [*model.graph.input, *model.graph.output]:
+            dims = value.type.tensor_type.shape.dim
+            if value.name not in self.weights_ and len(dims) >= 1 and not dims[0].dim_value:
+                dims[0].dim_value = self.batch_size
+        return model
 
     def _n_columns(self) -> int | None:
         for value in list(self._train_model.graph.output):

@@ -4,6 +4,11 @@ On CPU each batch is an OrtValue viewing a slice of one contiguous host buffer: 
 epoch shuffles rows into that buffer in place, so the batch OrtValues, their addresses
 and every binding made on them stay valid for the whole fit. On CUDA each batch owns a
 device buffer refreshed from the host buffer once per epoch.
+
+Every batch has exactly ``batch_size`` rows: the last one is padded with zero rows of
+sample weight 0, which the weighted losses ignore. The trainers' graphs then have a
+static batch dimension, which lets onnxruntime fold the shape computations of the
+gradient graph (a third of a small step's time).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from .runtime import ort_device, parse_device
 
 @dataclass
 class Batch:
-    """One batch: its OrtValues (X, y and optionally sample weights) and its length."""
+    """One batch: its OrtValues (X, y, sample weights) and its number of real rows."""
 
     values: tuple
     length: int
@@ -36,20 +41,26 @@ class BatchLoader:
         shuffle: bool = False,
         random_state=None,
     ):
-        self._sources = arrays
-        self._host = [np.ascontiguousarray(a).copy() for a in arrays]
+        """``arrays`` are X, y and sample weights, with as many rows each."""
         self.n_samples = len(arrays[0])
+        n_batches = -(-self.n_samples // batch_size)
+        self._sources = arrays
+        self._host = []
+        for array in arrays:
+            host = np.zeros((n_batches * batch_size, *array.shape[1:]), dtype=array.dtype)
+            host[: self.n_samples] = array
+            self._host.append(host)
         self.shuffle = shuffle
         self._rng = check_random_state(random_state)
         self._on_cpu = parse_device(device)[0] == "cpu"
         self._device = ort_device(device)
-        bounds = [
-            (start, min(start + batch_size, self.n_samples))
-            for start in range(0, self.n_samples, batch_size)
-        ]
-        self._bounds = bounds
+        self._bounds = [(k * batch_size, (k + 1) * batch_size) for k in range(n_batches)]
         self.batches = [
-            Batch(tuple(self._ortvalue(h[s:e]) for h in self._host), e - s) for s, e in bounds
+            Batch(
+                tuple(self._ortvalue(h[s:e]) for h in self._host),
+                min(e, self.n_samples) - s,
+            )
+            for s, e in self._bounds
         ]
 
     def _ortvalue(self, view: np.ndarray) -> C.OrtValue:
@@ -62,7 +73,7 @@ class BatchLoader:
         if self.shuffle:
             order = self._rng.permutation(self.n_samples)
             for source, host in zip(self._sources, self._host):
-                np.take(source, order, axis=0, out=host)
+                np.take(source, order, axis=0, out=host[: self.n_samples])
             if not self._on_cpu:
                 for batch, (s, e) in zip(self.batches, self._bounds):
                     for value, host in zip(batch.values, self._host):

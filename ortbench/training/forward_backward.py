@@ -82,7 +82,7 @@ class ForwardBackwardTrainer(BaseTrainer):
             raise OrtBenchError("LearningRateAdamW runs only in FullTrainer")
         device, providers = ort_device(self.device), self._providers()
         self._ort_device = device
-        graph = build_training_graph(self._train_model, self.weights_)
+        graph = build_training_graph(self._static_batch(self._train_model), self.weights_)
         if graph.n_forward_outputs != 1:
             raise OrtBenchError(
                 "this model's gradient graph passes intermediate tensors from forward to "
@@ -99,14 +99,10 @@ class ForwardBackwardTrainer(BaseTrainer):
             0,
         )
         self._agent_session = session
-        loss = self._learning_loss()
-        self._loss_models = {w: loss.build_onnx_function(weighted=w) for w in (False, True)}
-        self._loss_sessions = {
-            w: make_session(
-                m.SerializeToString(), self._session_options(f"loss{int(w)}"), providers
-            )
-            for w, m in self._loss_models.items()
-        }
+        self._loss_model = self._learning_loss().build_onnx_function(weighted=True)
+        self._loss_session = make_session(
+            self._loss_model.SerializeToString(), self._session_options("loss"), providers
+        )
         initial = get_initializers(self._train_model, self.weights_)
         biases = bias_names(self._train_model, self.weights_)
         buffers = WeightBuffers(initial, self.learning_rate_.n_states, device, biases)
@@ -159,36 +155,25 @@ class ForwardBackwardTrainer(BaseTrainer):
         """Bind everything a step touches, once: a step then only runs.
 
         TrainingAgent writes into preallocated fetches, so the forward pass fills one
-        prediction buffer per batch length and the backward pass fills the gradient buffers
-        the update graph was bound to at build time.
+        prediction buffer (every batch has batch_size rows) and the backward pass fills the
+        gradient buffers the update graph was bound to at build time.
         """
         batches = loader.batches
-        weighted = len(batches[0].values) == 3
-        columns = batches[0].values[1].shape()[1]
+        shape = tuple(batches[0].values[1].shape())  # every batch has batch_size rows
         self._host_arrays = []
-        per_length = {}
-        for length in sorted({b.length for b in batches}):
-            prediction = self._new_value(np.zeros((length, columns), np.float32))
-            loss_grad = self._new_value(np.zeros((length, columns), np.float32))
-            per_length[length] = (
-                prediction,
-                _vector([prediction]),
-                loss_grad,
-                _vector([loss_grad]),
-            )
+        prediction = self._new_value(np.zeros(shape, np.float32))
+        loss_grad = self._new_value(np.zeros(shape, np.float32))
+        forward_out, backward_in = _vector([prediction]), _vector([loss_grad])
         self._steps = []
         for batch in batches:
-            prediction, forward_out, loss_grad, backward_in = per_length[batch.length]
-            loss = CachedBinding(self._loss_sessions[weighted])
+            loss = CachedBinding(self._loss_session)
             loss.bind_input("predicted", prediction)
             loss.bind_input("expected", batch.values[1])
-            if weighted:
-                loss.bind_input("weight", batch.values[2])
+            loss.bind_input("weight", batch.values[2])
             loss.bind_output("loss", cpu_scalar(self._loss_out))
             loss.bind_output("loss_grad", loss_grad)
             forward_in = [_vector([batch.values[0], *self._weights.weights[p]]) for p in (0, 1)]
             self._steps.append((forward_in, forward_out, loss.run, backward_in, batch.length))
-        self._per_length = per_length  # the bindings above hold these buffers
 
     def _run_epoch(self, batches) -> float:
         agent, grads, updates = self._agent, self._grad_fetches, self._updates
@@ -230,8 +215,7 @@ class ForwardBackwardTrainer(BaseTrainer):
     def _graphs(self) -> dict:
         graphs = {
             "training": self._training_graph.model,
-            "loss": self._loss_models[False],
-            "loss_weighted": self._loss_models[True],
+            "loss": self._loss_model,
             "update": self._update_model,
         }
         return graphs

@@ -109,7 +109,7 @@ class FullTrainer(BaseTrainer):
                 weight_name="weight",
                 penalty=self.penalty,
             )
-        with_loss = select_outputs(with_loss, [self.loss_output_name])
+        with_loss = self._static_batch(select_outputs(with_loss, [self.loss_output_name]))
         self._feed_names = [i.name for i in with_loss.graph.input]
         frozen = [i.name for i in with_loss.graph.initializer if i.name not in self.weights_]
         rate = self.learning_rate_
@@ -163,20 +163,8 @@ class FullTrainer(BaseTrainer):
         self._optimizer.set_learning_rate(value)
 
     def _start_fit(self, loader: BatchLoader) -> None:
-        ones = {}
-        self._inputs = []
-        for batch in loader.batches:
-            values = list(batch.values)
-            if len(self._feed_names) > len(values):
-                # the graph takes sample weights: feed ones when none were given
-                if batch.length not in ones:
-                    ones[batch.length] = np.ones(batch.length, dtype=np.float32)
-                values.append(C.OrtValue.ortvalue_from_numpy(ones[batch.length], self._device))
-            feeds = C.OrtValueVector()
-            for value in values[: len(self._feed_names)]:
-                feeds.push_back(value)
-            self._inputs.append(feeds)
-        self._ones = ones  # the OrtValues above view these arrays
+        # X, labels, then sample weights when the graph takes them
+        self._inputs = [_vector(b.values[: len(self._feed_names)]) for b in loader.batches]
 
     def _run_epoch(self, batches) -> float:
         module, optimizer, fetch, out = (
@@ -219,3 +207,10 @@ class FullTrainer(BaseTrainer):
 
 
 OrtGradientOptimizer = FullTrainer
+
+
+def _vector(values) -> C.OrtValueVector:
+    vector = C.OrtValueVector()
+    for value in values:
+        vector.push_back(value)
+    return vector
