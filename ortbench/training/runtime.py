@@ -137,6 +137,9 @@ def session_options(
     options.log_severity_level = 3
     if intra_op_threads is not None:
         options.intra_op_num_threads = intra_op_threads
+    if intra_op_threads != 1:
+        # pool threads that spin between runs steal the cores the next run needs
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if _profile_folder is not None:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(_profile_folder, label)
