@@ -109,10 +109,7 @@ class BaseTrainer(BaseEstimator):
         self._set_learning_rate(self.learning_rate_.value)
         if w is None:
             w = np.ones(len(X), dtype=np.float32)
-        loader = BatchLoader(
-            [X, Y, w], self.batch_size, self.device, self.shuffle, self.random_state
-        )
-        self._start_fit(loader)
+        loader = self._loader_for([X, Y, w], reuse=self.warm_start and fitted)
         self._predictor = None
         start = time.perf_counter()
         for epoch in range(1, self.max_iter + 1):
@@ -133,6 +130,28 @@ class BaseTrainer(BaseEstimator):
                 self._report(epoch, loss, time.perf_counter() - start)
         self.n_iter_ = len(self.train_losses_)
         return self
+
+    def _loader_for(self, arrays: list[np.ndarray], reuse: bool) -> BatchLoader:
+        """The staged batches: the previous fit's, refilled, when a warm start allows it.
+
+        Keeping the loader keeps every binding made over its buffers, which makes a
+        warm-started fit start as fast as the next epoch of the previous one.
+        """
+        loader = getattr(self, "_loader", None)
+        same = (
+            reuse
+            and loader is not None
+            and self._loader_batch_size == self.batch_size
+            and loader.shuffle == self.shuffle
+            and loader.refill(arrays)
+        )
+        if not same:
+            loader = BatchLoader(
+                arrays, self.batch_size, self.device, self.shuffle, self.random_state
+            )
+            self._loader, self._loader_batch_size = loader, self.batch_size
+            self._start_fit(loader)
+        return loader
 
     def _report(self, epoch: int, loss: float, elapsed: float) -> None:
         extra = f" val={self.validation_losses_[-1]:.6g}" if self.validation_losses_ else ""

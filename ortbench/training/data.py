@@ -63,6 +63,25 @@ class BatchLoader:
             for s, e in self._bounds
         ]
 
+    def refill(self, arrays: list[np.ndarray]) -> bool:
+        """Load new data of the same shapes into the staged buffers, keeping every OrtValue
+        (and every binding made on them) valid; False when the shapes differ."""
+        if len(arrays) != len(self._sources) or any(
+            a.shape != s.shape or a.dtype != s.dtype for a, s in zip(arrays, self._sources)
+        ):
+            return False
+        self._sources = arrays
+        for array, host in zip(arrays, self._host):
+            host[: self.n_samples] = array
+        self._refresh_device()
+        return True
+
+    def _refresh_device(self) -> None:
+        if not self._on_cpu:
+            for batch, (s, e) in zip(self.batches, self._bounds):
+                for value, host in zip(batch.values, self._host):
+                    value.update_inplace(np.ascontiguousarray(host[s:e]))
+
     def _ortvalue(self, view: np.ndarray) -> C.OrtValue:
         if self._on_cpu:
             return C.OrtValue.ortvalue_from_numpy(view, self._device)
@@ -74,8 +93,5 @@ class BatchLoader:
             order = self._rng.permutation(self.n_samples)
             for source, host in zip(self._sources, self._host):
                 np.take(source, order, axis=0, out=host[: self.n_samples])
-            if not self._on_cpu:
-                for batch, (s, e) in zip(self.batches, self._bounds):
-                    for value, host in zip(batch.values, self._host):
-                        value.update_inplace(np.ascontiguousarray(host[s:e]))
+            self._refresh_device()
         return self.batches

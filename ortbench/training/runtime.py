@@ -135,6 +135,7 @@ def session_options(
     """
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
+    options.add_session_config_entry("session.set_denormal_as_zero", "1")
     if intra_op_threads is not None:
         options.intra_op_num_threads = intra_op_threads
     if intra_op_threads != 1:
