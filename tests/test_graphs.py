@@ -256,13 +256,15 @@ def test_update_graph_is_scikit_learn_nesterov():
     rng = np.random.default_rng(3)
     w, gw, vw = (rng.standard_normal((2, 2)).astype(np.float32) for _ in range(3))
     b, gb, vb = (rng.standard_normal(2).astype(np.float32) for _ in range(3))
-    feeds = {"learning_rate": np.array(0.1, np.float32), "w": w, "w_grad": gw, "w_state0": vw}
-    feeds.update({"b": b, "b_grad": gb, "b_state0": vb})
-    new_w, new_vw, new_b, new_vb, penalty = run(model, feeds)
+    # the state is momentum * velocity
+    feeds = {"neg_learning_rate": np.array(-0.1, np.float32), "w": w, "w_grad": gw}
+    feeds.update({"w_state0": 0.9 * vw, "b": b, "b_grad": gb, "b_state0": 0.9 * vb})
+    new_w, new_qw, new_b, new_qb, penalty = run(model, feeds)
     gw = gw + w  # l2=0.5 penalty: gradient 2 * 0.5 * w, biases untouched
     velocity = 0.9 * vw - 0.1 * gw
-    np.testing.assert_allclose(new_vw, velocity, rtol=1e-6)
-    np.testing.assert_allclose(new_w, w + 0.9 * velocity - 0.1 * gw, rtol=1e-6)
-    np.testing.assert_allclose(new_vb, 0.9 * vb - 0.1 * gb, rtol=1e-6)
-    np.testing.assert_allclose(new_b, b + 0.9 * new_vb - 0.1 * gb, rtol=1e-6)
+    np.testing.assert_allclose(new_qw, 0.9 * velocity, rtol=1e-5)
+    np.testing.assert_allclose(new_w, w + 0.9 * velocity - 0.1 * gw, rtol=1e-5)
+    velocity_b = 0.9 * vb - 0.1 * gb
+    np.testing.assert_allclose(new_qb, 0.9 * velocity_b, rtol=1e-5)
+    np.testing.assert_allclose(new_b, b + 0.9 * velocity_b - 0.1 * gb, rtol=1e-5)
     assert penalty == pytest.approx(0.5 * (w.astype(np.float64) ** 2).sum(), rel=1e-5)

@@ -113,7 +113,7 @@ class ForwardBackwardTrainer(BaseTrainer):
         update = make_session(
             self._update_model.SerializeToString(), self._session_options("update"), providers
         )
-        self._lr = np.zeros((), dtype=np.float32)
+        self._neg_lr = np.zeros((), dtype=np.float32)
         self._loss_out = np.zeros((), dtype=np.float32)
         self._penalty_out = np.zeros((), dtype=np.float32)
         self._grad_fetches = _vector(buffers.grads)
@@ -134,7 +134,7 @@ class ForwardBackwardTrainer(BaseTrainer):
         """The update binding reading parity ``src`` and writing parity ``dst``."""
         buffers = self._weights
         binding = CachedBinding(session)
-        binding.bind_input("learning_rate", cpu_scalar(self._lr))
+        binding.bind_input("neg_learning_rate", cpu_scalar(self._neg_lr))
         for i, name in enumerate(buffers.group_shapes):
             binding.bind_input(name, buffers.group_weights[src][i])
             binding.bind_input(f"{name}_grad", buffers.group_grads[i])
@@ -147,7 +147,7 @@ class ForwardBackwardTrainer(BaseTrainer):
         return binding
 
     def _set_learning_rate(self, value: float) -> None:
-        self._lr[()] = value  # bound once: the update reads this memory every step
+        self._neg_lr[()] = -value  # bound once: the update reads this memory every step
 
     # -- per fit --------------------------------------------------------------------------
 

@@ -8,7 +8,9 @@ the on-device optimizer onnxruntime runs.
 
 - ``LearningRateSGD``: w += -lr * g
 - ``LearningRateSGDNesterov``: v = m * v - lr * g, then w += m * v - lr * g (Nesterov)
-  or w += v (classical momentum); velocities start at zero.
+  or w += v (classical momentum); velocities start at zero. The update graph keeps
+  q = m * v as its state, which turns Nesterov's update into four nodes:
+  s = -lr * g, v = q + s, q = m * v, w = w + q + s.
 - ``learning_rate='constant'`` (the default, as in MLPRegressor) keeps eta0;
   ``'invscaling'`` sets lr = eta0 / (t + 1) ** power_t at the end of each epoch, t being
   the number of samples seen so far.
@@ -58,8 +60,11 @@ class BaseLearningRate(BaseEstimator):
             self.value = float(self.eta0) / (t + 1) ** self.power_t
         return self.value
 
-    def update_nodes(self, b: GraphBuilder, lr: str, weight: str, grad: str, states: list[str]):
-        """Add the nodes updating one weight; return (new weight, new states)."""
+    def update_nodes(self, b: GraphBuilder, neg_lr: str, weight: str, grad: str, states: list[str]):
+        """Add the nodes updating one weight; return (new weight, new states).
+
+        ``neg_lr`` is the negated learning rate, so a step is one Mul by it.
+        """
         raise NotImplementedError
 
     def build_onnx_function(
@@ -71,7 +76,7 @@ class BaseLearningRate(BaseEstimator):
         """One graph updating every weight, the penalty's gradient fused in.
 
         ``shapes`` names the tensors to update (one flat tensor holding every weight, or
-        one per weight). Inputs: ``learning_rate`` (scalar); for each tensor ``<w>``:
+        one per weight). Inputs: ``neg_learning_rate`` (scalar, -lr); for each tensor ``<w>``:
         ``<w>``, ``<w>_grad`` (its loss gradient), then ``<w>_state<k>`` for each optimizer
         state. Outputs: ``<w>_new`` and ``<w>_state<k>_new`` for each tensor, then
         ``penalty`` (scalar) when the penalty is active. ``penalty_masks[w]`` says what
@@ -81,7 +86,7 @@ class BaseLearningRate(BaseEstimator):
         penalty = penalty or NoLearningPenalty()
         masks = penalty_masks or {}
         b = GraphBuilder(f"update_{type(self).__name__}")
-        lr = b.input("learning_rate", [])
+        neg_lr = b.input("neg_learning_rate", [])
         penalties = []
         for name, shape in shapes.items():
             weight = b.input(name, shape)
@@ -92,7 +97,7 @@ class BaseLearningRate(BaseEstimator):
                 penalised = weight if mask is True else b.op("Mul", weight, b.const(mask))
                 grad = penalty.gradient_nodes(b, penalised, grad)
                 penalties.append(penalty.penalty_nodes(b, penalised))
-            new_weight, new_states = self.update_nodes(b, lr, weight, grad, states)
+            new_weight, new_states = self.update_nodes(b, neg_lr, weight, grad, states)
             b.output(b.rename(new_weight, f"{name}_new"), shape)
             for k, state in enumerate(new_states):
                 b.output(b.rename(state, f"{name}_state{k}_new"), shape)
@@ -104,8 +109,8 @@ class BaseLearningRate(BaseEstimator):
 class LearningRateSGD(BaseLearningRate):
     """Plain stochastic gradient descent: w += -lr * g."""
 
-    def update_nodes(self, b, lr, weight, grad, states):
-        return b.op("Sub", weight, b.op("Mul", grad, lr)), []
+    def update_nodes(self, b, neg_lr, weight, grad, states):
+        return b.op("Add", weight, b.op("Mul", grad, neg_lr)), []
 
 
 class LearningRateSGDNesterov(BaseLearningRate):
@@ -130,15 +135,14 @@ class LearningRateSGDNesterov(BaseLearningRate):
         if not 0 <= self.momentum < 1:
             raise OrtBenchError(f"momentum must be in [0, 1), got {self.momentum}")
 
-    def update_nodes(self, b, lr, weight, grad, states):
-        step = b.op("Mul", grad, lr)
-        momentum = b.const(self.momentum)
-        velocity = b.op("Sub", b.op("Mul", states[0], momentum), step)
+    def update_nodes(self, b, neg_lr, weight, grad, states):
+        # states[0] holds q = momentum * velocity
+        step = b.op("Mul", grad, neg_lr)
+        velocity = b.op("Add", states[0], step)
+        scaled = b.op("Mul", velocity, b.const(self.momentum))
         if self.nesterov:
-            move = b.op("Sub", b.op("Mul", velocity, momentum), step)
-        else:
-            move = velocity
-        return b.op("Add", weight, move), [velocity]
+            return b.op("Sum", weight, scaled, step), [scaled]
+        return b.op("Add", weight, velocity), [scaled]
 
 
 class LearningRateAdamW(BaseLearningRate):
@@ -160,7 +164,7 @@ class LearningRateAdamW(BaseLearningRate):
         self.epsilon = epsilon
         self.weight_decay = weight_decay
 
-    def update_nodes(self, b, lr, weight, grad, states):
+    def update_nodes(self, b, neg_lr, weight, grad, states):
         raise OrtBenchError(
             "LearningRateAdamW runs only in FullTrainer (onnxruntime's own AdamW optimizer)"
         )
