@@ -166,3 +166,12 @@ def test_results_jsonl_tolerates_a_cut_last_line(run_folder, tmp_path):
     (tmp_path / "results.jsonl").write_text(text + '{"run_id": "cut')
     assert len(read_records(tmp_path)) == 8
     assert json.loads(text.splitlines()[0])["run_id"] == "test-run"
+
+
+def test_seconds_never_print_in_scientific_notation():
+    from ortbench.report.units import format_seconds
+
+    assert format_seconds(0.0009995) == "1000 µs"
+    assert format_seconds(2.5e-5) == "25 µs"
+    assert format_seconds(1.5) == "1.5 s"
+    assert format_seconds(3e-10) == "0.3 ns"

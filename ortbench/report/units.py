@@ -9,10 +9,12 @@ def format_seconds(seconds: float) -> str:
     """3 significant digits in s, ms or µs."""
     if seconds is None or math.isnan(seconds):
         return "n/a"
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):  # noqa: B007
         if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+            break
+    value = seconds / scale
+    # never scientific notation: 999.5 µs reads 1000 µs, not 1e+03 µs
+    return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
 
 
 def format_value(value: float | None, unit: str | None) -> str:
