@@ -20,23 +20,9 @@ from .datasets import DATASETS
 from .machine import machine, versions
 from .memory import peak_memory
 from .problems import PROBLEMS, make_problem
-from .store import ResultsWriter
+from .store import MEASURED, ResultsWriter
 
 DEVICES = ("cpu", "cuda")
-
-#: Row columns a cell measures: NaN when it did not get that far.
-_MEASURED = (
-    "seconds_per_step",
-    "seconds_per_step_min",
-    "seconds_per_step_max",
-    "peak_memory_mb",
-    "initial_loss",
-    "final_train_loss",
-    "validation_loss",
-    "validation_score",
-    "runs_per_step",
-    "ortvalues_per_step",
-)
 
 
 @dataclass(frozen=True)
@@ -176,7 +162,7 @@ def run_matrix(
     context = {"run_id": run_id, **versions(), **machine()}
     for done, cell in enumerate(todo, 1):
         result = run_cell(cell, config)
-        row = {column: np.nan for column in _MEASURED} | context | result.row
+        row = {column: np.nan for column in MEASURED} | context | result.row
         writer.append(row, result.samples, result.loss_curve)
         if progress is not None:
             progress(done, len(todo), cell, row)

@@ -24,13 +24,8 @@ from ..training import OrtBenchError
 #: The cell's coordinates: what identifies a row across runs.
 KEYS = ["contender", "problem", "dataset", "batch_size", "device"]
 
-#: Columns of results.csv, in order.
-COLUMNS = [
-    "run_id",
-    *KEYS,
-    "epochs",
-    "steps",
-    "repeat",
+#: Columns a cell measures (NaN when it did not get that far).
+MEASURED = [
     "seconds_per_step",
     "seconds_per_step_min",
     "seconds_per_step_max",
@@ -41,6 +36,16 @@ COLUMNS = [
     "validation_score",
     "runs_per_step",
     "ortvalues_per_step",
+]
+
+#: Columns of results.csv, in order.
+COLUMNS = [
+    "run_id",
+    *KEYS,
+    "epochs",
+    "steps",
+    "repeat",
+    *MEASURED,
     "status",
     "python_version",
     "ortbench_version",
