@@ -17,7 +17,21 @@ from onnxruntime.capi import _pybind_state as C
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import check_weight_names, rewrite_linear_nodes, weights_as_inputs
-from .runtime import check_training_build, first_line, quiet_logs
+from .portable import vjp_graph
+from .runtime import check_training_build, first_line, quiet_logs, runtime_problem, session_options
+
+BACKENDS = ("ort-training", "portable")
+
+
+def choose_backend(backend: str | None) -> str:
+    """The gradient backend to use: the one asked, else ort-training when installed."""
+    if backend is None:
+        return "portable" if runtime_problem() else "ort-training"
+    if backend not in BACKENDS:
+        raise OrtBenchError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "ort-training":
+        check_training_build()
+    return backend
 
 
 class DerivativeOptions(enum.IntFlag):
@@ -35,8 +49,14 @@ def onnx_derivative(
     keep_outputs: bool = False,
     fill_grad: bool = False,
     options: DerivativeOptions | None = None,
+    backend: str | None = None,
 ) -> onnx.ModelProto:
     """The gradient graph of a model with respect to its weights and/or inputs.
+
+    ``backend='ort-training'`` asks onnxruntime-training's gradient builder (its graph uses
+    training-only kernels); ``'portable'`` builds it from standard operators only
+    (:mod:`ortbench.training.portable`), runnable by any onnxruntime build. The default is
+    ort-training where it is installed, else portable.
 
     Inputs of the result: the model's inputs, each weight as an input, then ``<y>_grad``
     for each float output ``y`` (the upstream gradient; absent with ``fill_grad``, which
@@ -44,7 +64,7 @@ def onnx_derivative(
     ``<w>_grad`` for each weight, then the model's outputs when ``keep_outputs``.
     By default the weights are :func:`trainable_initializers` and the inputs every float input.
     """
-    check_training_build()
+    backend = choose_backend(backend)
     if options is not None:
         keep_outputs = bool(options & DerivativeOptions.KeepOutputs)
         fill_grad = bool(options & DerivativeOptions.FillGrad)
@@ -62,6 +82,13 @@ def onnx_derivative(
         raise OrtBenchError("onnx_derivative needs at least one weight or input to differentiate")
     model = weights_as_inputs(model, weights)
     outputs = [o for o in model.graph.output if o.type.tensor_type.elem_type == 1]
+    wanted = [f"{n}_grad" for n in [*inputs, *weights]]
+    if keep_outputs:
+        wanted += [o.name for o in outputs]
+    if backend == "portable":
+        grad = vjp_graph(model, [*inputs, *weights], fill_grad=fill_grad)
+        _keep_outputs(grad, wanted)
+        return grad
 
     b = GraphBuilder("vjp", prefix="ortbench_vjp_")
     terms = []
@@ -81,7 +108,11 @@ def onnx_derivative(
     quiet_logs()
     try:
         builder = C.GradientGraphBuilder(
-            model.SerializeToString(), {total}, set(inputs) | set(weights), total
+            model.SerializeToString(),
+            {total},
+            set(inputs) | set(weights),
+            total,
+            session_options(),
         )
         builder.build()
     except RuntimeError as e:
@@ -89,9 +120,6 @@ def onnx_derivative(
             f"onnxruntime cannot differentiate this model: {first_line(e)}"
         ) from None
     grad = onnx.load_model_from_string(builder.get_model())
-    wanted = [f"{n}_grad" for n in [*inputs, *weights]]
-    if keep_outputs:
-        wanted += [o.name for o in outputs]
     _rename_upstream(grad, [o.name for o in outputs])
     _keep_outputs(grad, wanted)
     return grad

@@ -1,0 +1,167 @@
+"""Portable gradients (standard ONNX operators only) against finite differences and
+onnxruntime-training's own gradient graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from conftest import fitted_mlp
+from onnx import TensorProto, helper
+from skl2onnx import to_onnx
+from sklearn.neural_network import MLPClassifier
+
+from ortbench.training import OrtBenchError, onnx_derivative
+from ortbench.training.graph_builder import GraphBuilder
+from ortbench.training.portable import RULES, vjp_graph
+
+RNG = np.random.default_rng(0)
+
+
+def run(model: onnx.ModelProto, feeds: dict) -> dict:
+    session = onnxruntime.InferenceSession(model.SerializeToString())
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def with_output_y(b: GraphBuilder) -> onnx.ModelProto:
+    """The builder's graph with output ``y`` of unknown shape (shape inference fills it)."""
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(b.nodes, b.name, b.inputs, [output], b.initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def one_op(op: str, shapes: list, attrs=None, extra=None) -> onnx.ModelProto:
+    """A graph of one operator over float inputs x0, x1... (and constant ``extra`` inputs)."""
+    b = GraphBuilder(op)
+    names = [b.input(f"x{k}", list(s)) for k, s in enumerate(shapes)]
+    names += [b.const(v, dtype=v.dtype) for v in (extra or [])]
+    b.op(op, *names, name="y", **(attrs or {}))
+    return with_output_y(b)
+
+
+# op, float input shapes, attributes, constant inputs, how to draw x (positive for Log...)
+CASES = [
+    ("Add", [(3, 4), (1, 4)], None, None),
+    ("Sub", [(3, 4), (4,)], None, None),
+    ("Mul", [(3, 4), (3, 1)], None, None),
+    ("Div", [(3, 4), (1, 4)], None, None),
+    ("Neg", [(3, 4)], None, None),
+    ("MatMul", [(3, 4), (4, 2)], None, None),
+    ("Gemm", [(3, 4), (4, 2), (1, 2)], {"alpha": 0.5, "beta": 2.0}, None),
+    ("Gemm", [(4, 3), (2, 4), (2,)], {"transA": 1, "transB": 1}, None),
+    ("Relu", [(3, 4)], None, None),
+    ("LeakyRelu", [(3, 4)], {"alpha": 0.1}, None),
+    ("Sigmoid", [(3, 4)], None, None),
+    ("Tanh", [(3, 4)], None, None),
+    ("Softmax", [(3, 4)], {"axis": 1}, None),
+    ("LogSoftmax", [(3, 4)], {"axis": -1}, None),
+    ("Exp", [(3, 4)], None, None),
+    ("Log", [(3, 4)], None, None),
+    ("Abs", [(3, 4)], None, None),
+    ("Sqrt", [(3, 4)], None, None),
+    ("Pow", [(3, 4), (1,)], None, None),
+    ("Clip", [(3, 4)], None, [np.array(-0.5, np.float32), np.array(0.5, np.float32)]),
+    ("Where", [(3, 4), (3, 4)], None, None),
+    ("Identity", [(3, 4)], None, None),
+    ("Cast", [(3, 4)], {"to": TensorProto.FLOAT}, None),
+    ("Reshape", [(3, 4)], None, [np.array([2, 6], np.int64)]),
+    ("Flatten", [(3, 2, 2)], {"axis": 1}, None),
+    ("Squeeze", [(3, 1, 4)], None, [np.array([1], np.int64)]),
+    ("Unsqueeze", [(3, 4)], None, [np.array([0], np.int64)]),
+    ("Transpose", [(2, 3, 4)], {"perm": [2, 0, 1]}, None),
+    ("Concat", [(3, 2), (3, 4)], {"axis": 1}, None),
+    ("ReduceSum", [(3, 4)], {"keepdims": 0}, [np.array([1], np.int64)]),
+    ("ReduceMean", [(3, 4)], {"keepdims": 1}, [np.array([0], np.int64)]),
+]
+
+
+def draw(op: str, shape) -> np.ndarray:
+    if op in ("Log", "Sqrt", "Pow", "Div"):
+        return RNG.uniform(0.5, 2.0, shape).astype(np.float32)
+    values = RNG.standard_normal(shape).astype(np.float32)
+    # keep away from kinks (Relu, Abs, Clip) where finite differences are meaningless
+    return np.where(np.abs(values) < 0.05, 0.3, values).astype(np.float32)
+
+
+@pytest.mark.parametrize(("op", "shapes", "attrs", "extra"), CASES, ids=[c[0] for c in CASES])
+def test_rule_matches_central_finite_differences(op, shapes, attrs, extra):
+    model = one_op(op, shapes, attrs, extra)
+    if op == "Where":  # condition first, then the two float branches
+        b = GraphBuilder("where")
+        x0, x1 = b.input("x0", [3, 4]), b.input("x1", [3, 4])
+        b.op("Where", b.op("Greater", x0, b.const(0.0)), x0, x1, name="y")
+        model = with_output_y(b)
+    xs = {f"x{k}": draw(op, s) for k, s in enumerate(shapes)}
+    y = run(model, xs)["y"]
+    upstream = RNG.standard_normal(y.shape).astype(np.float32)
+    grad = vjp_graph(model, list(xs))
+    assert {n.domain for n in grad.graph.node} <= {""}
+    got = run(grad, {**xs, "y_grad": upstream})
+
+    def objective(feeds):
+        return float((run(model, feeds)["y"].astype(np.float64) * upstream).sum())
+
+    eps = 1e-2
+    for name, value in xs.items():
+        expected = np.zeros(value.shape)
+        for index in np.ndindex(value.shape):
+            plus, minus = dict(xs), dict(xs)
+            plus[name], minus[name] = value.copy(), value.copy()
+            plus[name][index] += eps
+            minus[name][index] -= eps
+            expected[index] = (objective(plus) - objective(minus)) / (2 * eps)
+        np.testing.assert_allclose(
+            got[f"{name}_grad"], expected, rtol=2e-2, atol=2e-3, err_msg=name
+        )
+
+
+def test_every_rule_is_tested():
+    assert {c[0] for c in CASES} == set(RULES)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "logistic"])
+def test_mlp_regressor_gradients_equal_onnxruntime_training(activation, regression):
+    X, y = regression
+    onx = to_onnx(fitted_mlp(X, y, hidden=(6, 4), activation=activation), X[:1])
+    assert_backends_agree(onx, {"X": X[:10]}, {"variable_grad": RNG.standard_normal((10, 1))})
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_mlp_classifier_gradients_equal_onnxruntime_training(n_classes, regression):
+    X, y = regression
+    labels = np.digitize(y, np.quantile(y, np.linspace(0, 1, n_classes + 1)[1:-1]))
+    model = MLPClassifier(hidden_layer_sizes=(5,), max_iter=5, random_state=0).fit(X, labels)
+    onx = to_onnx(model, X[:1], options={"zipmap": False})
+    assert_backends_agree(
+        onx, {"X": X[:10]}, {"probabilities_grad": RNG.standard_normal((10, n_classes))}
+    )
+
+
+def assert_backends_agree(onx, inputs: dict, upstream: dict) -> None:
+    portable = onnx_derivative(onx, backend="portable")
+    reference = onnx_derivative(onx, backend="ort-training")
+    assert [o.name for o in portable.graph.output] == [o.name for o in reference.graph.output]
+    # the model's own nodes are copied (ai.onnx.ml for labels); no training-only kernel
+    assert {n.domain for n in portable.graph.node} <= {"", "ai.onnx.ml"}
+    weights = {i.name: onnx.numpy_helper.to_array(i) for i in onx.graph.initializer}
+    names = [i.name for i in portable.graph.input]
+    feeds = {n: v.astype(np.float32) for n, v in {**inputs, **upstream}.items()}
+    feeds.update({n: weights[n] for n in names if n in weights})
+    got, expected = run(portable, feeds), run(reference, feeds)
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_operator_without_rule_is_named():
+    b = GraphBuilder("erf")
+    b.op("Erf", b.input("x", [2]), name="y")
+    with pytest.raises(
+        OrtBenchError, match="no portable gradient for operator 'Erf' \\(node 'Erf_"
+    ):
+        vjp_graph(with_output_y(b), ["x"])
+
+
+def test_unknown_backend():
+    with pytest.raises(OrtBenchError, match="backend must be one of"):
+        onnx_derivative(helper.make_model(helper.make_graph([], "g", [], [])), backend="jax")
