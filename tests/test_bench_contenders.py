@@ -78,9 +78,19 @@ def curves(names, problem, batch_size, epochs=3):
 @pytest.mark.parametrize(
     ("problem_name", "dataset", "batch_size", "same"),
     [
-        ("mlp", "diabetes", 16, ["sklearn-mlp-sgd", "ort-full", "ort-fwbw"]),
-        ("mlp", "diabetes", 16, ["sklearn-mlp-nesterov", "ort-fwbw-nesterov"]),
-        ("mlp-binary", "breast_cancer", 16, ["sklearn-mlp-sgd", "ort-full", "ort-fwbw"]),
+        ("mlp", "diabetes", 16, ["sklearn-mlp-sgd", "ort-full", "ort-fwbw", "ort-portable-full"]),
+        (
+            "mlp",
+            "diabetes",
+            16,
+            ["sklearn-mlp-nesterov", "ort-fwbw-nesterov", "ort-portable-nesterov"],
+        ),
+        (
+            "mlp-binary",
+            "breast_cancer",
+            16,
+            ["sklearn-mlp-sgd", "ort-full", "ort-fwbw", "ort-portable-full"],
+        ),
         ("linear", "diabetes", 1, ["sklearn-sgd", "sklearn-mlp-sgd", "ort-fwbw"]),
     ],
 )
@@ -155,7 +165,14 @@ def test_counters_count_runs_and_new_ortvalues():
 
 
 @pytest.mark.parametrize(
-    ("name", "runs"), [("ort-full", 2), ("ort-fwbw", 4), ("ort-fwbw-nesterov", 4)]
+    ("name", "runs"),
+    [
+        ("ort-full", 2),
+        ("ort-fwbw", 4),
+        ("ort-fwbw-nesterov", 4),
+        ("ort-portable-full", 1),
+        ("ort-portable-nesterov", 1),
+    ],
 )
 def test_engine_steps_cost_what_the_engine_documents(name, runs):
     """Full training: train step + optimizer step; forward/backward: forward, loss,

@@ -131,7 +131,7 @@ def test_bad_learning_rates(regression, mlp_onnx):
         ForwardBackwardTrainer(mlp_onnx, learning_rate=LearningRateSGD(eta0=0)).fit(X, y)
     with raises_one_line("learning_rate must be one of"):
         ForwardBackwardTrainer(mlp_onnx, learning_rate=LearningRateSGD(learning_rate="x")).fit(X, y)
-    with raises_one_line("use ForwardBackwardTrainer for momentum"):
+    with raises_one_line("use backend=.portable. or ForwardBackwardTrainer for momentum"):
         FullTrainer(mlp_onnx, learning_rate=LearningRateSGDNesterov()).fit(X, y)
     with raises_one_line("unknown loss 'hinge'"):
         FullTrainer(mlp_onnx, loss="hinge").fit(X, y)

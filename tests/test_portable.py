@@ -12,11 +12,25 @@ from onnx import TensorProto, helper
 from skl2onnx import to_onnx
 from sklearn.neural_network import MLPClassifier
 
-from ortbench.training import OrtBenchError, onnx_derivative
+from ortbench.training import (
+    FullTrainer,
+    LearningRateSGD,
+    LearningRateSGDNesterov,
+    OrtBenchError,
+    onnx_derivative,
+)
+from ortbench.training.derivative import choose_backend
 from ortbench.training.graph_builder import GraphBuilder
 from ortbench.training.portable import RULES, vjp_graph
+from ortbench.training.runtime import runtime_problem
 
 RNG = np.random.default_rng(0)
+
+#: Tests comparing with onnxruntime-training: skipped in the plain onnxruntime environment
+#: CI also runs this file in (see .ci/run), where everything else must pass.
+needs_training = pytest.mark.skipif(
+    runtime_problem() is not None, reason="compares with the onnxruntime-training build"
+)
 
 
 def run(model: onnx.ModelProto, feeds: dict) -> dict:
@@ -120,6 +134,7 @@ def test_every_rule_is_tested():
     assert {c[0] for c in CASES} == set(RULES)
 
 
+@needs_training
 @pytest.mark.parametrize("activation", ["relu", "tanh", "logistic"])
 def test_mlp_regressor_gradients_equal_onnxruntime_training(activation, regression):
     X, y = regression
@@ -127,6 +142,7 @@ def test_mlp_regressor_gradients_equal_onnxruntime_training(activation, regressi
     assert_backends_agree(onx, {"X": X[:10]}, {"variable_grad": RNG.standard_normal((10, 1))})
 
 
+@needs_training
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_mlp_classifier_gradients_equal_onnxruntime_training(n_classes, regression):
     X, y = regression
@@ -165,3 +181,58 @@ def test_operator_without_rule_is_named():
 def test_unknown_backend():
     with pytest.raises(OrtBenchError, match="backend must be one of"):
         onnx_derivative(helper.make_model(helper.make_graph([], "g", [], [])), backend="jax")
+
+
+@pytest.mark.parametrize(
+    ("learning_rate", "momentum"),
+    [
+        (LearningRateSGD(0.01, learning_rate="constant"), 0.0),
+        (LearningRateSGDNesterov(0.01, learning_rate="constant", momentum=0.9), 0.9),
+    ],
+    ids=["sgd", "nesterov"],
+)
+def test_portable_full_trainer_follows_scikit_learn(learning_rate, momentum, regression):
+    from test_trainers import ortbench_names, sklearn_epoch
+
+    X, y = regression
+    onx, start, end = sklearn_epoch(X, y, momentum)
+    model = FullTrainer(
+        onx,
+        learning_rate=learning_rate,
+        batch_size=16,
+        max_iter=1,
+        shuffle=False,
+        backend="portable",
+    )
+    state = model.fit(X, y).get_state()
+    assert {n.domain for n in model._graphs()["fused_step"].graph.node} <= {""}
+    for name, w0, w1 in zip(ortbench_names(len(start) // 2), start, end):
+        expected = w1 - w0
+        got = state[name] - w0.reshape(state[name].shape)
+        np.testing.assert_allclose(
+            got.ravel(), expected.ravel(), rtol=1e-5, atol=1e-5 * np.abs(expected).max()
+        )
+
+
+@needs_training
+def test_portable_full_trainer_classifies_and_matches_ort_training(regression):
+    X, y = regression
+    labels = (y > np.median(y)).astype(int)
+    reference = MLPClassifier(hidden_layer_sizes=(5,), max_iter=2, random_state=0)
+    onx = to_onnx(reference.fit(X, labels), X[:1])  # with ZipMap
+    settings = dict(loss="log", learning_rate=LearningRateSGD(0.05, learning_rate="constant"))
+    settings.update(batch_size=16, max_iter=10, shuffle=False)
+    portable = FullTrainer(onx, backend="portable", **settings).fit(X, labels)
+    runtime = FullTrainer(onx, backend="ort-training", **settings).fit(X, labels)
+    np.testing.assert_allclose(portable.train_losses_, runtime.train_losses_, rtol=1e-4)
+    assert portable.train_losses_[-1] < portable.train_losses_[0]
+    assert portable.score(X, labels) == runtime.score(X, labels)
+
+
+def test_default_backend_follows_the_installed_runtime(regression, mlp_onnx):
+    X, y = regression
+    expected = "portable" if runtime_problem() else "ort-training"
+    assert choose_backend(None) == expected
+    model = FullTrainer(mlp_onnx, learning_rate=LearningRateSGD(0.01), max_iter=5)
+    assert model.fit(X, y).train_losses_[-1] < model.train_losses_[0]
+    assert model._backend == expected

@@ -19,6 +19,7 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.metrics import accuracy_score, r2_score
 
 from .data import BatchLoader
+from .derivative import choose_backend
 from .errors import OrtBenchError
 from .graph_tools import (
     check_weight_names,
@@ -33,7 +34,6 @@ from .learning_rates import BaseLearningRate, LearningRateSGD
 from .losses import BaseLearningLoss
 from .runtime import (
     check_device,
-    check_training_build,
     providers,
     quiet_logs,
     session_options,
@@ -164,7 +164,7 @@ class BaseTrainer(BaseEstimator):
         )
 
     def _check_params(self) -> None:
-        check_training_build()
+        self._backend = choose_backend(self.backend)
         check_device(self.device)
         for name in ("batch_size", "max_iter", "validation_every"):
             value = getattr(self, name)

@@ -53,6 +53,7 @@ class ForwardBackwardTrainer(BaseTrainer):
         verbose: int = 0,
         validation_every: int = 1,
         intra_op_threads="auto",
+        backend: str | None = None,
     ):
         self.model_onnx = model_onnx
         self.weights_to_train = weights_to_train
@@ -68,6 +69,7 @@ class ForwardBackwardTrainer(BaseTrainer):
         self.verbose = verbose
         self.validation_every = validation_every
         self.intra_op_threads = intra_op_threads
+        self.backend = backend
 
     def _learning_loss(self) -> BaseLearningLoss:
         return self.learning_loss or SquareLearningLoss()
@@ -80,6 +82,11 @@ class ForwardBackwardTrainer(BaseTrainer):
     def _build(self) -> None:
         if isinstance(self.learning_rate_, LearningRateAdamW):
             raise OrtBenchError("LearningRateAdamW runs only in FullTrainer")
+        if self._backend != "ort-training":
+            raise OrtBenchError(
+                "ForwardBackwardTrainer runs on TrainingAgent (backend='ort-training') only; "
+                "FullTrainer(backend='portable') trains with standard operators"
+            )
         device, providers = ort_device(self.device), self._providers()
         self._ort_device = device
         graph = build_training_graph(self._static_batch(self._train_model), self.weights_)

@@ -1,4 +1,4 @@
-"""Weights, optimizer states and gradients of the forward/backward trainer.
+"""Weights, optimizer states and gradients of the trainers that own their weights.
 
 The update graph costs about 1 to 3 us per node on CPU, so it should not grow with the
 number of weights. On CPU every weight, state and gradient therefore lives in one flat
@@ -44,7 +44,10 @@ class WeightBuffers:
         flat = [np.concatenate([a.ravel() for a in arrays.values()])] if self._on_cpu else None
         # weights[p]: per-weight OrtValues; group_weights[p]: what the update graph reads
         self.weights, self.group_weights = zip(*(self._alloc(arrays, flat) for _ in range(2)))
-        self.states = [[self._alloc_zeros()[1] for _ in range(n_states)] for _ in range(2)]
+        # states[p][k]: group values of state k; state_views[p][k]: the same per weight
+        states = [[self._alloc_zeros() for _ in range(n_states)] for _ in range(2)]
+        self.states = [[groups for _, groups in parity] for parity in states]
+        self.state_views = [[views for views, _ in parity] for parity in states]
         self.grads, self.group_grads = self._alloc_zeros()
 
     def _alloc(self, arrays: dict[str, np.ndarray], flat) -> tuple[list, list]:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from ...training import OrtBenchError
 from ..problems import Problem
 from .base import Contender, Unavailable
-from .ort import OrtForwardBackward, OrtForwardBackwardNesterov, OrtFull
+from .ort import (
+    OrtForwardBackward,
+    OrtForwardBackwardNesterov,
+    OrtFull,
+    OrtPortableFull,
+    OrtPortableNesterov,
+)
 from .pytorch import TorchNesterov, TorchSGD
 from .scikit_learn import SklearnMLP, SklearnMLPNesterov, SklearnSGD
 
@@ -18,6 +24,8 @@ CONTENDERS: dict[str, type[Contender]] = {
         OrtFull,
         OrtForwardBackward,
         OrtForwardBackwardNesterov,
+        OrtPortableFull,
+        OrtPortableNesterov,
         TorchSGD,
         TorchNesterov,
     )

@@ -122,3 +122,41 @@ class OrtForwardBackwardNesterov(OrtForwardBackward):
         return LearningRateSGDNesterov(
             self.problem.eta0, learning_rate="constant", momentum=self.problem.momentum
         )
+
+
+class OrtPortableFull(OrtContender):
+    """``FullTrainer(backend='portable')``: one fused graph of standard operators per step."""
+
+    name = "ort-portable-full"
+
+    @classmethod
+    def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
+        try:  # any onnxruntime build runs it: no training build needed
+            check_device(device)
+        except OrtBenchError as e:
+            return str(e)
+        return None
+
+    def _rate(self):
+        return self._sgd()
+
+    def _trainer(self) -> BaseTrainer:
+        loss = "log" if self.problem.task == "binary" else "squared_error"
+        return FullTrainer(
+            self.problem.onnx_model,
+            loss=loss,
+            learning_rate=self._rate(),
+            backend="portable",
+            **self._common(),
+        )
+
+
+class OrtPortableNesterov(OrtPortableFull):
+    """The portable fused step with Nesterov momentum (the on-device API has none)."""
+
+    name = "ort-portable-nesterov"
+
+    def _rate(self):
+        return LearningRateSGDNesterov(
+            self.problem.eta0, learning_rate="constant", momentum=self.problem.momentum
+        )

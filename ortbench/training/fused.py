@@ -1,0 +1,132 @@
+"""Full training in one graph of standard operators (the portable backend).
+
+The model with its loss, the loss's gradient with respect to every weight (built by
+:mod:`ortbench.training.portable`) and the learning rate's update are one ONNX graph, so a
+step is one onnxruntime run on any onnxruntime build, and momentum (which the on-device
+API's optimizers lack) is just more nodes of the same graph. Weights and optimizer states
+are double-buffered (:class:`WeightBuffers`): the run reads one parity and writes the
+other, and every binding is made once per batch and parity before the first step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from .data import BatchLoader
+from .errors import OrtBenchError
+from .graph_builder import GraphBuilder
+from .graph_tools import get_initializers, weights_as_inputs
+from .iobinding import CachedBinding, make_session
+from .learning_rates import BaseLearningRate, LearningRateAdamW
+from .portable import vjp_graph
+from .runtime import cpu_scalar, ort_device
+from .weights import WeightBuffers
+
+
+def fused_step_graph(
+    with_loss: onnx.ModelProto, weights: list[str], rate: BaseLearningRate, loss_name: str
+) -> onnx.ModelProto:
+    """One training step as one graph.
+
+    Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``, then
+    ``neg_learning_rate`` (scalar, -lr) and ``<w>_state<k>`` for each optimizer state.
+    Outputs: ``<w>_new`` for each weight, ``<w>_state<k>_new`` for each state, then the
+    loss of the batch (computed before the update).
+    """
+    step = vjp_graph(weights_as_inputs(with_loss, weights), weights, fill_grad=True)
+    opset = next((o.version for o in step.opset_import if o.domain in ("", "ai.onnx")), 21)
+    b = GraphBuilder("update", opset=opset, prefix="update_")
+    neg_lr = b.input("neg_learning_rate", [])
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in step.graph.input}
+    outputs, state_outputs = [], []
+    for name in weights:
+        states = [b.input(f"{name}_state{k}", shapes[name]) for k in range(rate.n_states)]
+        new_weight, new_states = rate.update_nodes(b, neg_lr, name, f"{name}_grad", states)
+        outputs.append(b.rename(new_weight, f"{name}_new"))
+        state_outputs += [b.rename(s, f"{name}_state{k}_new") for k, s in enumerate(new_states)]
+    graph = step.graph
+    graph.input.extend(b.inputs)
+    graph.initializer.extend(b.initializers)
+    graph.node.extend(b.nodes)
+    del graph.output[:]
+    graph.output.extend(
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs + state_outputs
+    )
+    graph.output.append(helper.make_tensor_value_info(loss_name, TensorProto.FLOAT, []))
+    return step
+
+
+class FusedSteps:
+    """Training steps of a model that outputs its loss, one fused run each."""
+
+    def __init__(
+        self,
+        with_loss: onnx.ModelProto,
+        weights: list[str],
+        rate: BaseLearningRate,
+        device: str,
+        session_options,
+        providers: list,
+        loss_name: str,
+    ):
+        if isinstance(rate, LearningRateAdamW):
+            raise OrtBenchError("LearningRateAdamW runs only with backend='ort-training'")
+        self.weights = weights
+        self._n_states = rate.n_states
+        self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
+        model = fused_step_graph(with_loss, weights, rate, loss_name)
+        self.graphs = {"fused_step": model}
+        self._session = make_session(
+            model.SerializeToString(), session_options("fused_step"), providers
+        )
+        initial = get_initializers(with_loss, weights)
+        self._buffers = WeightBuffers(initial, rate.n_states, ort_device(device), set())
+        self._neg_lr = np.zeros((), dtype=np.float32)
+        self._loss_out = np.zeros((), dtype=np.float32)
+        self._parity = 0
+
+    def set_learning_rate(self, value: float) -> None:
+        self._neg_lr[()] = -value  # bound once: every step reads this memory
+
+    def start_fit(self, loader: BatchLoader) -> None:
+        buffers, self._steps = self._buffers, []
+        for batch in loader.batches:
+            pair = []
+            for src, dst in ((0, 1), (1, 0)):
+                binding = CachedBinding(self._session)
+                for name, value in zip(self._data_inputs, batch.values):
+                    binding.bind_input(name, value)
+                binding.bind_input("neg_learning_rate", cpu_scalar(self._neg_lr))
+                for i, name in enumerate(self.weights):
+                    binding.bind_input(name, buffers.weights[src][i])
+                    binding.bind_output(f"{name}_new", buffers.weights[dst][i])
+                    for k in range(self._n_states):
+                        binding.bind_input(f"{name}_state{k}", buffers.state_views[src][k][i])
+                        binding.bind_output(f"{name}_state{k}_new", buffers.state_views[dst][k][i])
+                binding.bind_output(self._loss_name(), cpu_scalar(self._loss_out))
+                pair.append(binding)
+            self._steps.append((pair, batch.length))
+
+    def _loss_name(self) -> str:
+        return self.graphs["fused_step"].graph.output[-1].name
+
+    def run_epoch(self, batches) -> float:
+        parity, total, count, out = self._parity, 0.0, 0, self._loss_out
+        for pair, length in self._steps:
+            pair[parity].run()
+            parity = 1 - parity
+            total += float(out) * length
+            count += length
+        self._parity = parity
+        return total / count
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        return self._buffers.get(self._parity)
+
+    def shape(self, name: str) -> tuple:
+        return self._buffers.shape(name)
+
+    def set(self, name: str, array: np.ndarray) -> None:
+        self._buffers.set(self._parity, name, array)

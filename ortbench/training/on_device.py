@@ -1,0 +1,129 @@
+"""Full training on onnxruntime's on-device training API (the ort-training backend).
+
+``generate_artifacts`` turns the model with its loss into a training model, an optimizer
+model and a checkpoint; ``Module.train_step`` and ``Optimizer.optimizer_step`` then run two
+calls per step. The batch inputs are OrtValue vectors built once per fit over the staged
+batches, and the loss lands in a preallocated host scalar, so a step allocates nothing of
+ours. The runtime's optimizers are SGD and AdamW only.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import onnx
+from onnxruntime.capi import _pybind_state as C
+
+from .data import BatchLoader
+from .errors import OrtBenchError
+from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
+from .runtime import cpu_scalar, first_line, native_stderr_silenced, ort_device, training_module
+
+
+class OnDeviceSteps:
+    """Training steps of a model that outputs its loss, run by the on-device API."""
+
+    def __init__(
+        self,
+        with_loss: onnx.ModelProto,
+        weights: list[str],
+        rate: BaseLearningRate,
+        device: str,
+        session_options,
+    ):
+        if type(rate) not in (LearningRateSGD, LearningRateAdamW):
+            raise OrtBenchError(
+                f"onnxruntime's on-device training runs LearningRateSGD or LearningRateAdamW, "
+                f"not {type(rate).__name__}: use backend='portable' or ForwardBackwardTrainer "
+                f"for momentum"
+            )
+        artifacts = training_module("artifacts")
+        onnxblock = training_module("onnxblock")
+        self.weights = weights
+        self._feed_count = len(with_loss.graph.input)
+        frozen = [i.name for i in with_loss.graph.initializer if i.name not in weights]
+        if isinstance(rate, LearningRateAdamW):
+            optimizer = onnxblock.optim.AdamW(
+                betas=(rate.beta1, rate.beta2), eps=rate.epsilon, weight_decay=rate.weight_decay
+            )
+        else:
+            optimizer = artifacts.OptimType.SGD
+        self.graphs = {}
+        self._device = ort_device(device)
+        with tempfile.TemporaryDirectory() as folder:
+            try:
+                with native_stderr_silenced():
+                    artifacts.generate_artifacts(
+                        with_loss,
+                        requires_grad=weights,
+                        frozen_params=frozen,
+                        loss=None,
+                        optimizer=optimizer,
+                        artifact_directory=folder,
+                    )
+            except RuntimeError as e:
+                raise OrtBenchError(
+                    f"onnxruntime cannot build the training graph: {first_line(e)}"
+                ) from None
+            for name in ("training_model", "eval_model", "optimizer_model"):
+                with open(os.path.join(folder, f"{name}.onnx"), "rb") as f:
+                    self.graphs[name] = f.read()
+            self._state = C.load_checkpoint(os.path.join(folder, "checkpoint"))
+            # no eval model: validation runs its own session (base.BaseTrainer)
+            self._module = C.Module(
+                os.path.join(folder, "training_model.onnx"),
+                self._state,
+                None,
+                self._device,
+                session_options("train_step"),
+            )
+            self._optimizer = C.Optimizer(
+                os.path.join(folder, "optimizer_model.onnx"),
+                self._state,
+                self._device,
+                session_options("optimizer"),
+            )
+        self._loss_out = np.zeros((), dtype=np.float32)
+        self._loss_fetch = vector([cpu_scalar(self._loss_out)])
+
+    def set_learning_rate(self, value: float) -> None:
+        self._optimizer.set_learning_rate(value)
+
+    def start_fit(self, loader: BatchLoader) -> None:
+        # X, labels, then sample weights when the graph takes them
+        self._inputs = [vector(b.values[: self._feed_count]) for b in loader.batches]
+
+    def run_epoch(self, batches) -> float:
+        module, optimizer, fetch, out = (
+            self._module,
+            self._optimizer,
+            self._loss_fetch,
+            self._loss_out,
+        )
+        total = 0.0
+        for feeds, batch in zip(self._inputs, batches):
+            module.lazy_reset_grad()
+            module.train_step_with_ort_values(feeds, fetch)
+            optimizer.optimizer_step()
+            total += float(out) * batch.length
+        return total / sum(b.length for b in batches)
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        return {n: self._state.get_parameter(n).data.numpy().copy() for n in self.weights}
+
+    def shape(self, name: str) -> tuple:
+        return tuple(self._state.get_parameter(name).data.shape())
+
+    def set(self, name: str, array: np.ndarray) -> None:
+        parameter = self._state.get_parameter(name)
+        parameter.copy_from(self._state, C.OrtValue.ortvalue_from_numpy(array, self._device))
+
+
+def vector(values) -> C.OrtValueVector:
+    """An OrtValueVector holding ``values``."""
+    result = C.OrtValueVector()
+    for value in values:
+        result.push_back(value)
+    return result
