@@ -119,14 +119,14 @@ def _profile(args: argparse.Namespace) -> int:
         args.device,
         args.min_fraction,
     )
-    folder = _new_folder(Path(args.out), run_id_now())
-    print(f"ortbench profile: writing {folder}", file=sys.stderr)
     try:
         make_contender(
             args.contender, make_problem(args.problem, args.dataset), args.batch_size, args.device
         )
     except Unavailable as e:
         raise OrtBenchError(f"{args.contender} cannot run this cell: {e}") from None
+    folder = _new_folder(Path(args.out), run_id_now())
+    print(f"ortbench profile: writing {folder}", file=sys.stderr)
     profile_folder = profile(request, folder, log=lambda line: print(line, file=sys.stderr))
     index = write_index(folder)
     print((profile_folder / "profile.md").read_text(encoding="utf-8"))
