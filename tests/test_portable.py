@@ -85,6 +85,13 @@ CASES = [
     ("Unsqueeze", [(3, 4)], None, [np.array([0], np.int64)]),
     ("Transpose", [(2, 3, 4)], {"perm": [2, 0, 1]}, None),
     ("Concat", [(3, 2), (3, 4)], {"axis": 1}, None),
+    (
+        "Slice",
+        [(4, 5)],
+        None,
+        [np.array([1, -4]), np.array([3, 5]), np.array([0, 1]), np.array([1, 2])],
+    ),
+    ("Gather", [(4, 3)], {"axis": 0}, [np.array([[2, 0], [2, 3]], np.int64)]),
     ("ReduceSum", [(3, 4)], {"keepdims": 0}, [np.array([1], np.int64)]),
     ("ReduceMean", [(3, 4)], {"keepdims": 1}, [np.array([0], np.int64)]),
 ]

@@ -259,6 +259,50 @@ def _concat(ctx, node, g):
     return list(ctx.b.op("Split", g[0], split, axis=axis, outputs=len(node.input)))
 
 
+def _positions(ctx, data: str) -> str:
+    """An int64 tensor shaped like ``data`` holding each element's flat position."""
+    b = ctx.b
+    count = b.op("Size", data)
+    flat = b.op("Range", b.const(0, np.int64), count, b.const(1, np.int64))
+    return b.op("Reshape", flat, b.op("Shape", data))
+
+
+def _scatter_back(ctx, data: str, picked: str, grad: str) -> str:
+    """Add ``grad`` into zeros shaped like ``data`` at the flat positions ``picked``."""
+    b = ctx.b
+    if b.opset < 16:
+        raise OrtBenchError(
+            f"portable gradient of a gather needs opset >= 16 (ScatterElements with "
+            f"reduction), the model has {b.opset}"
+        )
+    minus_one = b.const([-1], np.int64)
+    flat_size = b.op("Reshape", b.op("Size", data), b.const([1], np.int64))
+    zeros = b.op(
+        "ConstantOfShape", flat_size, value=numpy_helper.from_array(np.zeros(1, np.float32))
+    )
+    scattered = b.op(
+        "ScatterElements",
+        zeros,
+        b.op("Reshape", picked, minus_one),
+        b.op("Reshape", grad, minus_one),
+        axis=0,
+        reduction="add",
+    )
+    return b.op("Reshape", scattered, b.op("Shape", data))
+
+
+def _slice(ctx, node, g):
+    # slicing the positions with the node's own arguments says where each output came from
+    picked = ctx.b.op("Slice", _positions(ctx, node.input[0]), *node.input[1:])
+    return [_scatter_back(ctx, node.input[0], picked, g[0])]
+
+
+def _gather(ctx, node, g):
+    axis = _attrs(node).get("axis", 0)
+    picked = ctx.b.op("Gather", _positions(ctx, node.input[0]), node.input[1], axis=axis)
+    return [_scatter_back(ctx, node.input[0], picked, g[0]), None]
+
+
 def _reduce_axes(ctx, node):
     attrs = _attrs(node)
     if len(node.input) > 1 and node.input[1]:
@@ -320,6 +364,8 @@ RULES: dict[str, Rule] = {
     "Unsqueeze": _reshape_back,
     "Transpose": _transpose,
     "Concat": _concat,
+    "Slice": _slice,
+    "Gather": _gather,
     "ReduceSum": _reduce_sum,
     "ReduceMean": _reduce_mean,
 }
