@@ -171,6 +171,7 @@ def test_counters_count_runs_and_new_ortvalues():
         ("ort-fwbw", 4),
         ("ort-fwbw-nesterov", 4),
         ("ort-portable-full", 1),
+        ("ort-portable-fwbw", 4),
         ("ort-portable-nesterov", 1),
     ],
 )

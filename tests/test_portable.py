@@ -13,6 +13,7 @@ from skl2onnx import to_onnx
 from sklearn.neural_network import MLPClassifier
 
 from ortbench.training import (
+    ForwardBackwardTrainer,
     FullTrainer,
     LearningRateSGD,
     LearningRateSGDNesterov,
@@ -243,3 +244,37 @@ def test_default_backend_follows_the_installed_runtime(regression, mlp_onnx):
     model = FullTrainer(mlp_onnx, learning_rate=LearningRateSGD(0.01), max_iter=5)
     assert model.fit(X, y).train_losses_[-1] < model.train_losses_[0]
     assert model._backend == expected
+
+
+@pytest.mark.parametrize(
+    ("learning_rate", "momentum"),
+    [
+        (LearningRateSGD(0.01, learning_rate="constant"), 0.0),
+        (LearningRateSGDNesterov(0.01, learning_rate="constant", momentum=0.9), 0.9),
+    ],
+    ids=["sgd", "nesterov"],
+)
+def test_portable_forward_backward_trainer_follows_scikit_learn(
+    learning_rate, momentum, regression
+):
+    from test_trainers import ortbench_names, sklearn_epoch
+
+    X, y = regression
+    onx, start, end = sklearn_epoch(X, y, momentum)
+    model = ForwardBackwardTrainer(
+        onx,
+        learning_rate=learning_rate,
+        batch_size=16,
+        max_iter=1,
+        shuffle=False,
+        backend="portable",
+    )
+    state = model.fit(X, y).get_state()
+    graphs = model._graphs()
+    assert {n.domain for g in graphs.values() for n in g.graph.node} <= {""}
+    for name, w0, w1 in zip(ortbench_names(len(start) // 2), start, end):
+        expected = w1 - w0
+        got = state[name] - w0.reshape(state[name].shape)
+        np.testing.assert_allclose(
+            got.ravel(), expected.ravel(), rtol=1e-5, atol=1e-5 * np.abs(expected).max()
+        )

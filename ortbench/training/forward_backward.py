@@ -1,5 +1,8 @@
 """Forward/backward training: TrainingAgent for the model, small ONNX graphs for the rest.
 
+With ``backend='portable'`` a forward graph and a gradient graph of standard operators
+(:mod:`ortbench.training.portable`) replace TrainingAgent, on any onnxruntime build.
+
 One step runs four onnxruntime calls: forward (TrainingAgent), loss and its gradient
 (loss graph), backward (TrainingAgent), and one fused update of every weight with the
 penalty's gradient folded in. Every buffer a step touches is allocated and bound before
@@ -18,11 +21,12 @@ from .base import BaseTrainer
 from .data import BatchLoader
 from .derivative import build_training_graph
 from .errors import OrtBenchError
-from .graph_tools import bias_names, get_initializers
+from .graph_tools import bias_names, get_initializers, weights_as_inputs
 from .iobinding import CachedBinding, make_session
 from .learning_rates import BaseLearningRate, LearningRateAdamW
 from .losses import BaseLearningLoss, SquareLearningLoss
 from .penalties import BaseLearningPenalty, NoLearningPenalty
+from .portable import vjp_graph
 from .runtime import cpu_scalar, ort_device
 from .weights import WeightBuffers
 
@@ -82,30 +86,13 @@ class ForwardBackwardTrainer(BaseTrainer):
     def _build(self) -> None:
         if isinstance(self.learning_rate_, LearningRateAdamW):
             raise OrtBenchError("LearningRateAdamW runs only in FullTrainer")
-        if self._backend != "ort-training":
-            raise OrtBenchError(
-                "ForwardBackwardTrainer runs on TrainingAgent (backend='ort-training') only; "
-                "FullTrainer(backend='portable') trains with standard operators"
-            )
         device, providers = ort_device(self.device), self._providers()
         self._ort_device = device
-        graph = build_training_graph(self._static_batch(self._train_model), self.weights_)
-        if graph.n_forward_outputs != 1:
-            raise OrtBenchError(
-                "this model's gradient graph passes intermediate tensors from forward to "
-                "backward, which ForwardBackwardTrainer does not support: use FullTrainer"
-            )
-        self._training_graph = graph
-        session = make_session(graph.model, self._session_options("agent"), providers)
-        self._agent = C.TrainingAgent(
-            session,
-            graph.feed_names,
-            [device] * graph.n_forward_outputs,
-            graph.grad_names,
-            [device] * len(graph.grad_names),
-            0,
-        )
-        self._agent_session = session
+        static = self._static_batch(self._train_model)
+        if self._backend == "portable":
+            self._build_portable(static, providers)
+        else:
+            self._build_agent(static, device, providers)
         self._loss_model = self._learning_loss().build_onnx_function(weighted=True)
         self._loss_session = make_session(
             self._loss_model.SerializeToString(), self._session_options("loss"), providers
@@ -126,6 +113,42 @@ class ForwardBackwardTrainer(BaseTrainer):
         self._grad_fetches = _vector(buffers.grads)
         self._updates = [self._bind_update(update, p, 1 - p) for p in (0, 1)]
         self._parity = 0
+
+    def _build_agent(self, static, device, providers) -> None:
+        """TrainingAgent over onnxruntime-training's forward/backward graph."""
+        graph = build_training_graph(static, self.weights_)
+        if graph.n_forward_outputs != 1:
+            raise OrtBenchError(
+                "this model's gradient graph passes intermediate tensors from forward to "
+                "backward, which ForwardBackwardTrainer does not support: use FullTrainer"
+            )
+        session = make_session(graph.model, self._session_options("agent"), providers)
+        self._agent = C.TrainingAgent(
+            session,
+            graph.feed_names,
+            [device] * graph.n_forward_outputs,
+            graph.grad_names,
+            [device] * len(graph.grad_names),
+            0,
+        )
+        self._agent_session = session  # the agent does not keep its session alive
+        self._model_graphs = {"training": graph.model}
+
+    def _build_portable(self, static, providers) -> None:
+        """Two sessions of standard operators: the forward pass and the gradient graph.
+
+        The gradient graph recomputes the forward pass it needs (no activations cross
+        sessions), which costs a forward per step but runs on any onnxruntime build.
+        """
+        self._agent = None
+        forward = weights_as_inputs(static, self.weights_)
+        backward = vjp_graph(forward, self.weights_)
+        del backward.graph.output[len(self.weights_) :]  # the gradients only
+        self._model_graphs = {"forward": forward, "backward": backward}
+        self._portable_sessions = [
+            make_session(m.SerializeToString(), self._session_options(name), providers)
+            for name, m in self._model_graphs.items()
+        ]
 
     def _new_value(self, array: np.ndarray) -> C.OrtValue:
         """An OrtValue owning a copy of ``array`` on the trainer's device."""
@@ -179,10 +202,30 @@ class ForwardBackwardTrainer(BaseTrainer):
             loss.bind_input("weight", batch.values[2])
             loss.bind_output("loss", cpu_scalar(self._loss_out))
             loss.bind_output("loss_grad", loss_grad)
+            if self._agent is None:
+                passes = [self._bind_passes(batch, p, prediction, loss_grad) for p in (0, 1)]
+                self._steps.append((passes, loss.run, batch.length))
+                continue
             forward_in = [_vector([batch.values[0], *self._weights.weights[p]]) for p in (0, 1)]
             self._steps.append((forward_in, forward_out, loss.run, backward_in, batch.length))
 
+    def _bind_passes(self, batch, parity: int, prediction, loss_grad) -> tuple:
+        """The portable forward and backward runs of one batch reading weights ``parity``."""
+        forward, backward = (CachedBinding(s) for s in self._portable_sessions)
+        weights, x = self._weights.weights[parity], batch.values[0]
+        for binding in (forward, backward):
+            binding.bind_input(self._input.name, x)
+            for name, value in zip(self.weights_, weights):
+                binding.bind_input(name, value)
+        forward.bind_output(self.output_name_, prediction)
+        backward.bind_input(f"{self.output_name_}_grad", loss_grad)
+        for name, grad in zip(self.weights_, self._weights.grads):
+            backward.bind_output(f"{name}_grad", grad)
+        return forward.run, backward.run
+
     def _run_epoch(self, batches) -> float:
+        if self._agent is None:
+            return self._run_portable_epoch()
         agent, grads, updates = self._agent, self._grad_fetches, self._updates
         loss_out, penalty_out = self._loss_out, self._penalty_out
         parity, total, count = self._parity, 0.0, 0
@@ -191,6 +234,21 @@ class ForwardBackwardTrainer(BaseTrainer):
             agent.run_forward(forward_in[parity], forward_out, state, None)
             run_loss()
             agent.run_backward(backward_in, grads, state)
+            updates[parity].run()
+            parity = 1 - parity
+            total += (float(loss_out) + float(penalty_out)) * length
+            count += length
+        self._parity = parity
+        return total / count
+
+    def _run_portable_epoch(self) -> float:
+        updates, loss_out, penalty_out = self._updates, self._loss_out, self._penalty_out
+        parity, total, count = self._parity, 0.0, 0
+        for passes, run_loss, length in self._steps:
+            run_forward, run_backward = passes[parity]
+            run_forward()
+            run_loss()
+            run_backward()
             updates[parity].run()
             parity = 1 - parity
             total += (float(loss_out) + float(penalty_out)) * length
@@ -221,7 +279,7 @@ class ForwardBackwardTrainer(BaseTrainer):
 
     def _graphs(self) -> dict:
         graphs = {
-            "training": self._training_graph.model,
+            **self._model_graphs,
             "loss": self._loss_model,
             "update": self._update_model,
         }

@@ -9,6 +9,7 @@ from .ort import (
     OrtForwardBackward,
     OrtForwardBackwardNesterov,
     OrtFull,
+    OrtPortableForwardBackward,
     OrtPortableFull,
     OrtPortableNesterov,
 )
@@ -24,6 +25,7 @@ CONTENDERS: dict[str, type[Contender]] = {
         OrtFull,
         OrtForwardBackward,
         OrtForwardBackwardNesterov,
+        OrtPortableForwardBackward,
         OrtPortableFull,
         OrtPortableNesterov,
         TorchSGD,

@@ -124,6 +124,20 @@ class OrtForwardBackwardNesterov(OrtForwardBackward):
         )
 
 
+class OrtPortableForwardBackward(OrtForwardBackward):
+    """``ForwardBackwardTrainer(backend='portable')``: forward, loss, gradient, update graphs
+    of standard operators."""
+
+    name = "ort-portable-fwbw"
+
+    @classmethod
+    def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
+        return OrtPortableFull.unavailable(problem, batch_size, device)
+
+    def _trainer(self) -> BaseTrainer:
+        return super()._trainer().set_params(backend="portable")
+
+
 class OrtPortableFull(OrtContender):
     """``FullTrainer(backend='portable')``: one fused graph of standard operators per step."""
 
