@@ -26,34 +26,45 @@ from .weights import WeightBuffers
 
 
 def fused_step_graph(
-    with_loss: onnx.ModelProto, weights: list[str], rate: BaseLearningRate, loss_name: str
+    with_loss: onnx.ModelProto,
+    groups: dict[str, list[str]],
+    rate: BaseLearningRate,
+    loss_name: str,
 ) -> onnx.ModelProto:
     """One training step as one graph.
 
-    Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``, then
-    ``neg_learning_rate`` (scalar, -lr) and ``<w>_state<k>`` for each optimizer state.
-    Outputs: ``<w>_new`` for each weight, ``<w>_state<k>_new`` for each state, then the
-    loss of the batch (computed before the update).
+    ``groups`` maps each tensor the update writes to the weights it holds: one flat
+    tensor for every weight on CPU (their per-weight inputs view it), or each weight alone.
+    Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``, each
+    flat group ``<g>`` (when it is not a weight itself), ``neg_learning_rate`` (scalar,
+    -lr), then ``<g>_state<k>`` for each optimizer state. Outputs: ``<g>_new`` and
+    ``<g>_state<k>_new`` for each group, then the loss of the batch (before the update).
     """
+    weights = [w for names in groups.values() for w in names]
     step = vjp_graph(weights_as_inputs(with_loss, weights), weights, fill_grad=True)
     opset = next((o.version for o in step.opset_import if o.domain in ("", "ai.onnx")), 21)
     b = GraphBuilder("update", opset=opset, prefix="update_")
     neg_lr = b.input("neg_learning_rate", [])
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in step.graph.input}
-    outputs, state_outputs = [], []
-    for name in weights:
-        states = [b.input(f"{name}_state{k}", shapes[name]) for k in range(rate.n_states)]
-        new_weight, new_states = rate.update_nodes(b, neg_lr, name, f"{name}_grad", states)
-        outputs.append(b.rename(new_weight, f"{name}_new"))
-        state_outputs += [b.rename(s, f"{name}_state{k}_new") for k, s in enumerate(new_states)]
+    outputs = []
+    for group, names in groups.items():
+        if names == [group]:
+            weight, grad, shape = group, f"{group}_grad", shapes[group]
+        else:  # one flat update: the per-weight nodes would cost 1 to 3 us each
+            shape = [int(sum(np.prod(shapes[n]) for n in names))]
+            weight = b.input(group, shape)
+            flat = [b.op("Reshape", f"{n}_grad", b.const([-1], np.int64)) for n in names]
+            grad = b.op("Concat", *flat, axis=0)
+        states = [b.input(f"{group}_state{k}", shape) for k in range(rate.n_states)]
+        new_weight, new_states = rate.update_nodes(b, neg_lr, weight, grad, states)
+        outputs.append(b.rename(new_weight, f"{group}_new"))
+        outputs += [b.rename(s, f"{group}_state{k}_new") for k, s in enumerate(new_states)]
     graph = step.graph
     graph.input.extend(b.inputs)
     graph.initializer.extend(b.initializers)
     graph.node.extend(b.nodes)
     del graph.output[:]
-    graph.output.extend(
-        helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs + state_outputs
-    )
+    graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs)
     graph.output.append(helper.make_tensor_value_info(loss_name, TensorProto.FLOAT, []))
     return step
 
@@ -76,13 +87,14 @@ class FusedSteps:
         self.weights = weights
         self._n_states = rate.n_states
         self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
-        model = fused_step_graph(with_loss, weights, rate, loss_name)
+        initial = get_initializers(with_loss, weights)
+        self._buffers = WeightBuffers(initial, rate.n_states, ort_device(device), set())
+        model = fused_step_graph(with_loss, self._buffers.groups, rate, loss_name)
         self.graphs = {"fused_step": model}
         self._session = make_session(
             model.SerializeToString(), session_options("fused_step"), providers
         )
-        initial = get_initializers(with_loss, weights)
-        self._buffers = WeightBuffers(initial, rate.n_states, ort_device(device), set())
+        self._loss_name = loss_name
         self._neg_lr = np.zeros((), dtype=np.float32)
         self._loss_out = np.zeros((), dtype=np.float32)
         self._parity = 0
@@ -99,18 +111,18 @@ class FusedSteps:
                 for name, value in zip(self._data_inputs, batch.values):
                     binding.bind_input(name, value)
                 binding.bind_input("neg_learning_rate", cpu_scalar(self._neg_lr))
-                for i, name in enumerate(self.weights):
-                    binding.bind_input(name, buffers.weights[src][i])
-                    binding.bind_output(f"{name}_new", buffers.weights[dst][i])
+                for name, value in zip(self.weights, buffers.weights[src]):
+                    binding.bind_input(name, value)  # views of the groups below on CPU
+                for i, (group, names) in enumerate(buffers.groups.items()):
+                    if names != [group]:
+                        binding.bind_input(group, buffers.group_weights[src][i])
+                    binding.bind_output(f"{group}_new", buffers.group_weights[dst][i])
                     for k in range(self._n_states):
-                        binding.bind_input(f"{name}_state{k}", buffers.state_views[src][k][i])
-                        binding.bind_output(f"{name}_state{k}_new", buffers.state_views[dst][k][i])
-                binding.bind_output(self._loss_name(), cpu_scalar(self._loss_out))
+                        binding.bind_input(f"{group}_state{k}", buffers.states[src][k][i])
+                        binding.bind_output(f"{group}_state{k}_new", buffers.states[dst][k][i])
+                binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
                 pair.append(binding)
             self._steps.append((pair, batch.length))
-
-    def _loss_name(self) -> str:
-        return self.graphs["fused_step"].graph.output[-1].name
 
     def run_epoch(self, batches) -> float:
         parity, total, count, out = self._parity, 0.0, 0, self._loss_out

@@ -44,10 +44,8 @@ class WeightBuffers:
         flat = [np.concatenate([a.ravel() for a in arrays.values()])] if self._on_cpu else None
         # weights[p]: per-weight OrtValues; group_weights[p]: what the update graph reads
         self.weights, self.group_weights = zip(*(self._alloc(arrays, flat) for _ in range(2)))
-        # states[p][k]: group values of state k; state_views[p][k]: the same per weight
-        states = [[self._alloc_zeros() for _ in range(n_states)] for _ in range(2)]
-        self.states = [[groups for _, groups in parity] for parity in states]
-        self.state_views = [[views for views, _ in parity] for parity in states]
+        # states[p][k]: the group values of state k in parity p
+        self.states = [[self._alloc_zeros()[1] for _ in range(n_states)] for _ in range(2)]
         self.grads, self.group_grads = self._alloc_zeros()
 
     def _alloc(self, arrays: dict[str, np.ndarray], flat) -> tuple[list, list]:
