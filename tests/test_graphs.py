@@ -16,6 +16,7 @@ from ortbench.training import (
     DerivativeOptions,
     ElasticLearningLoss,
     ElasticLearningPenalty,
+    LearningRateSGD,
     LearningRateSGDNesterov,
     NegLogLearningLoss,
     SquareLearningLoss,
@@ -26,6 +27,7 @@ from ortbench.training import (
     trainable_initializers,
 )
 from ortbench.training.graph_tools import load_model
+from ortbench.training.weights import WeightBuffers
 
 
 def run(model: onnx.ModelProto, feeds: dict) -> list:
@@ -204,18 +206,19 @@ def test_loss_graph_value_and_gradient(loss, element, weighted):
     expected = rng.standard_normal((6, 2)).astype(np.float32)
     predicted = rng.standard_normal((6, 2)).astype(np.float32)
     weight = rng.uniform(0.5, 2, 6).astype(np.float32) if weighted else np.ones(6, np.float32)
-    model = loss.build_onnx_function(weighted=weighted)
-    feeds = {"expected": expected, "predicted": predicted}
-    if weighted:
-        feeds["weight"] = weight
+    scale = (weight / weight.sum()).reshape(-1, 1)
+    feeds = {"expected": expected, "predicted": predicted, "loss_scale": scale}
+    feeds["grad_scale"] = -0.1 * scale  # the gradient comes out times the step factor
 
     def reference(p):
         per_sample = element(p.astype(np.float64) - expected, expected).sum(axis=1)
         return float((per_sample * weight).sum() / weight.sum())
 
-    value, grad = run(model, feeds)
+    value, grad = run(loss.build_onnx_function(), feeds)
     assert value == pytest.approx(reference(predicted), rel=1e-5)
-    np.testing.assert_allclose(grad, numeric_gradient(reference, predicted), rtol=1e-2, atol=1e-3)
+    np.testing.assert_allclose(
+        grad, -0.1 * numeric_gradient(reference, predicted), rtol=1e-2, atol=1e-4
+    )
 
 
 def test_neglog_loss_is_scikit_learn_log_loss():
@@ -225,9 +228,9 @@ def test_neglog_loss_is_scikit_learn_log_loss():
     labels = rng.integers(0, 3, 10)
     proba = rng.dirichlet([1, 1, 1], 10).astype(np.float32)
     onehot = np.eye(3, dtype=np.float32)[labels]
-    value, grad = run(
-        NegLogLearningLoss().build_onnx_function(), {"expected": onehot, "predicted": proba}
-    )
+    scale = np.full((10, 1), 0.1, np.float32)
+    feeds = {"expected": onehot, "predicted": proba, "loss_scale": scale, "grad_scale": scale}
+    value, grad = run(NegLogLearningLoss().build_onnx_function(), feeds)
     assert value == pytest.approx(log_loss(labels, proba), rel=1e-5)
     np.testing.assert_allclose(grad, -onehot / proba / 10, rtol=1e-5)
 
@@ -247,24 +250,88 @@ def test_add_loss_output_with_weight_and_penalty(mlp_onnx, regression):
     assert loss == pytest.approx(expected, rel=1e-5)
 
 
-def test_update_graph_is_scikit_learn_nesterov():
-    rate = LearningRateSGDNesterov(0.1, momentum=0.9, learning_rate="constant")
-    model = rate.build_onnx_function(
-        {"w": [2, 2], "b": [2]}, ElasticLearningPenalty(0, 0.5), {"b": False}
-    )
-    assert len(model.graph.input) == 7  # one call for every weight, gradient and velocity
+def run_updates(rate, shapes, masks, penalty, grads, weights, form):
+    """Weights after one update per gradient, through the forward/backward update graph.
+
+    ``form`` is "stacked" (products over [w, s, e] rows, in the row orders of both
+    parities in turn) or the graph over the named tensors.
+    """
+    rate.init_learning_rate()
+    factor = np.float32(rate.step_factor(rate.value))
+    states = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
+    value = None
+    if form == "stacked":
+        ((name, (size,)),) = shapes.items()
+        model = rate.build_stacked_function(size)
+        orders = WeightBuffers.stacked_coefficients(*rate.state_coefficients())
+        w, s = weights[name], states[name]
+        for k, grad in enumerate(grads):
+            e = factor * grad[name]
+            rows = [w, s, e] if k % 2 == 0 else [e, s, w]  # parity 0, then parity 1
+            feeds = {"weight_state_step": np.stack(rows), "state_coefficients": orders[k % 2]}
+            feeds["state_step"] = np.stack([s, e] if k % 2 == 0 else [e, s])
+            w, s = (out[0] for out in run(model, feeds))
+        return {name: w}, value
+    model = rate.build_onnx_function(shapes, penalty, masks)
+    names = [o.name for o in model.graph.output]
+    for grad in grads:
+        feeds = {
+            **{n: weights[n] for n in shapes},
+            **{f"{n}_step": factor * grad[n] for n in shapes},
+        }
+        if rate.n_states:
+            feeds.update({f"{n}_state": states[n] for n in shapes})
+        if penalty.is_active():
+            feeds["step_scale"] = np.array(factor)
+        outputs = dict(zip(names, run(model, feeds)))
+        weights = {n: outputs[f"{n}_new"] for n in shapes}
+        states = {n: outputs.get(f"{n}_state_new") for n in shapes}
+        value = outputs.get("penalty")
+    return weights, value
+
+
+@pytest.mark.parametrize("nesterov", [True, False], ids=["nesterov", "classical"])
+@pytest.mark.parametrize("form", ["stacked", "flat", "per-weight"])
+@pytest.mark.parametrize("l2", [0.0, 0.5], ids=["no-penalty", "penalty"])
+def test_update_graphs_follow_scikit_learn_optimizer(nesterov, form, l2):
+    from sklearn.neural_network._stochastic_optimizers import SGDOptimizer
+
+    if form == "stacked" and l2:
+        pytest.skip("the trainers update through the tensors' graph when a penalty is active")
     rng = np.random.default_rng(3)
-    w, gw, vw = (rng.standard_normal((2, 2)).astype(np.float32) for _ in range(3))
-    b, gb, vb = (rng.standard_normal(2).astype(np.float32) for _ in range(3))
-    # the state is momentum * velocity
-    feeds = {"neg_learning_rate": np.array(-0.1, np.float32), "w": w, "w_grad": gw}
-    feeds.update({"w_state0": 0.9 * vw, "b": b, "b_grad": gb, "b_state0": 0.9 * vb})
-    new_w, new_qw, new_b, new_qb, penalty = run(model, feeds)
-    gw = gw + w  # l2=0.5 penalty: gradient 2 * 0.5 * w, biases untouched
-    velocity = 0.9 * vw - 0.1 * gw
-    np.testing.assert_allclose(new_qw, 0.9 * velocity, rtol=1e-5)
-    np.testing.assert_allclose(new_w, w + 0.9 * velocity - 0.1 * gw, rtol=1e-5)
-    velocity_b = 0.9 * vb - 0.1 * gb
-    np.testing.assert_allclose(new_qb, 0.9 * velocity_b, rtol=1e-5)
-    np.testing.assert_allclose(new_b, b + 0.9 * velocity_b - 0.1 * gb, rtol=1e-5)
-    assert penalty == pytest.approx(0.5 * (w.astype(np.float64) ** 2).sum(), rel=1e-5)
+    w, b = rng.standard_normal((2, 2)), rng.standard_normal(2)
+    grads = [(rng.standard_normal((2, 2)), rng.standard_normal(2)) for _ in range(3)]
+    # scikit-learn's own optimizer, in float64; the penalty's gradient 2 * l2 * w is
+    # added to the coefficients' gradient, never to the bias's
+    params = [w.copy(), b.copy()]
+    reference = SGDOptimizer(params, 0.1, "constant", momentum=0.9, nesterov=nesterov)
+    for gw, gb in grads:
+        last = params[0].copy()
+        reference.update_params(params, [gw + 2 * l2 * params[0], gb])
+    rate = LearningRateSGDNesterov(0.1, momentum=0.9, nesterov=nesterov)
+    penalty = ElasticLearningPenalty(0, l2)
+    f32 = [{"w": gw.astype(np.float32), "b": gb.astype(np.float32)} for gw, gb in grads]
+    start = {"w": w.astype(np.float32), "b": b.astype(np.float32)}
+    if form == "per-weight":
+        shapes, masks = {"w": [2, 2], "b": [2]}, {"b": False}
+        got, value = run_updates(rate, shapes, masks, penalty, f32, start, form)
+    else:  # one flat tensor, the penalty masked off the bias part
+        flat = {"flat": np.concatenate([start["w"].ravel(), start["b"]])}
+        masks = {"flat": np.array([1, 1, 1, 1, 0, 0], np.float32)}
+        flat_grads = [{"flat": np.concatenate([g["w"].ravel(), g["b"]])} for g in f32]
+        got, value = run_updates(rate, {"flat": [6]}, masks, penalty, flat_grads, flat, form)
+        got = {"w": got["flat"][:4].reshape(2, 2), "b": got["flat"][4:]}
+    np.testing.assert_allclose(got["w"], params[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["b"], params[1], rtol=1e-5, atol=1e-6)
+    if l2:  # the penalty of the coefficients the last update read
+        assert value == pytest.approx(l2 * (last**2).sum(), rel=1e-5)
+    else:
+        assert value is None
+
+
+def test_sgd_update_is_one_node():
+    rate = LearningRateSGD(0.1)
+    model = rate.build_onnx_function({"weights": [10]})
+    assert [n.op_type for n in model.graph.node] == ["Add"]
+    w, e = np.arange(10, dtype=np.float32), np.ones(10, np.float32)
+    np.testing.assert_allclose(run(model, {"weights": w, "weights_step": e})[0], w + 1)

@@ -118,6 +118,38 @@ def test_one_epoch_follows_scikit_learn(trainer, learning_rate, momentum, regres
         )
 
 
+@pytest.mark.parametrize("backend", ["ort-training", "portable"])
+@pytest.mark.parametrize("nesterov", [True, False], ids=["nesterov", "classical"])
+def test_momentum_with_invscaling_follows_scikit_learn_over_epochs(nesterov, backend, regression):
+    """Three epochs of momentum whose rate changes every epoch, against MLPRegressor."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = regression
+    settings = dict(
+        learning_rate="invscaling", learning_rate_init=0.05, power_t=0.5, momentum=0.9,
+        nesterovs_momentum=nesterov, alpha=0.0, shuffle=False, batch_size=16,
+    )  # fmt: skip
+    reference = fitted_mlp(X, y, **settings)
+    onx = to_onnx(reference, X[:1])
+    reference.set_params(warm_start=True, max_iter=3)
+    reference.t_ = 0  # scikit-learn counts samples across fits: restart the schedule
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reference.fit(X, y)
+    rate = LearningRateSGDNesterov(
+        0.05, learning_rate="invscaling", power_t=0.5, momentum=0.9, nesterov=nesterov
+    )
+    model = ForwardBackwardTrainer(
+        onx, learning_rate=rate, batch_size=16, max_iter=3, shuffle=False, backend=backend
+    )
+    state = model.fit(X, y).get_state()
+    names = ortbench_names(len(reference.coefs_))
+    for name, expected in zip(names, reference.coefs_ + reference.intercepts_):
+        np.testing.assert_allclose(state[name].ravel(), expected.ravel(), rtol=1e-4, atol=1e-5)
+
+
 def test_invscaling_schedule_matches_scikit_learn():
     rate = LearningRateSGD(eta0=0.1, learning_rate="invscaling", power_t=0.5).init_learning_rate()
     assert rate.value == 0.1

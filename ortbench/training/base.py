@@ -277,7 +277,7 @@ class BaseTrainer(BaseEstimator):
         if getattr(self, "_val_sessions", None) is None:
             options = self._session_options("validation")
             forward = weights_as_inputs(self._train_model, self.weights_)
-            loss = self._learning_loss().build_onnx_function(weighted=True)
+            loss = self._learning_loss().build_onnx_function()
             self._val_sessions = (
                 onnxruntime.InferenceSession(
                     forward.SerializeToString(), options, providers=self._providers()
@@ -290,9 +290,9 @@ class BaseTrainer(BaseEstimator):
         feeds = {self._input.name: X, **self.get_state()}
         predicted = forward.run(None, feeds)[0]
         weights = w if w is not None else np.ones(len(X), dtype=np.float32)
-        return float(
-            loss.run(["loss"], {"expected": Y, "predicted": predicted, "weight": weights})[0]
-        )
+        scale = (weights / weights.sum()).reshape(-1, 1)
+        feeds = {"expected": Y, "predicted": predicted, "loss_scale": scale, "grad_scale": scale}
+        return float(loss.run(["loss"], feeds)[0])
 
     def get_trained_onnx(self) -> onnx.ModelProto:
         """The model as given (linear nodes rewritten) with the trained weights."""

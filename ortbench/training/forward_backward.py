@@ -5,11 +5,16 @@ With ``backend='portable'`` a forward graph and a gradient graph of standard ope
 
 One step runs four onnxruntime calls: forward (TrainingAgent), loss and its gradient
 (loss graph), backward (TrainingAgent), and one fused update of every weight with the
-penalty's gradient folded in. Every buffer a step touches is allocated and bound before
-the first step: TrainingAgent writes its outputs into preallocated fetches, the loss
-graph has one binding per batch, and weights and optimizer states are double-buffered
-(the update reads buffer A and writes buffer B, the next step the reverse), so a step
-binds nothing and allocates only the runtime's partial-execution state.
+penalty's gradient folded in. The loss graph scales the gradient it back-propagates by
+the optimizer's step factor (-lr for SGD), so the backward pass yields the step ``e``
+and the update is ``w + e`` for SGD, or two matrix-vector products over the stacked
+weight, state and step with momentum (see ``learning_rates.py`` and ``weights.py``).
+
+Every buffer a step touches is allocated and bound before the first step: TrainingAgent
+writes its outputs into preallocated fetches, the loss graph has one binding per batch,
+and weights and optimizer states are double-buffered (a step reads buffer A and writes
+buffer B, the next step the reverse), so a step binds nothing and allocates only the
+runtime's partial-execution state.
 """
 
 from __future__ import annotations
@@ -93,21 +98,28 @@ class ForwardBackwardTrainer(BaseTrainer):
             self._build_portable(static, providers)
         else:
             self._build_agent(static, device, providers)
-        self._loss_model = self._learning_loss().build_onnx_function(weighted=True)
+        rate, penalty = self.learning_rate_, self._penalty()
+        initial = get_initializers(self._train_model, self.weights_)
+        biases = bias_names(self._train_model, self.weights_)
+        buffers = WeightBuffers(initial, rate.n_states, device, biases)
+        self._weights = buffers
+        self._loss_model = self._learning_loss().build_onnx_function()
         self._loss_session = make_session(
             self._loss_model.SerializeToString(), self._session_options("loss"), providers
         )
-        initial = get_initializers(self._train_model, self.weights_)
-        biases = bias_names(self._train_model, self.weights_)
-        buffers = WeightBuffers(initial, self.learning_rate_.n_states, device, biases)
-        self._weights = buffers
-        self._update_model = self.learning_rate_.build_onnx_function(
-            buffers.group_shapes, self._penalty(), buffers.penalty_masks
-        )
+        self._stacked = buffers.on_cpu and buffers.has_state and not penalty.is_active()
+        if self._stacked:
+            (size,) = buffers.group_shapes["weights"]
+            self._update_model = rate.build_stacked_function(size)
+            self._coefficients = buffers.stacked_coefficients(*rate.state_coefficients())
+        else:
+            self._update_model = rate.build_onnx_function(
+                buffers.group_shapes, penalty, buffers.penalty_masks
+            )
         update = make_session(
             self._update_model.SerializeToString(), self._session_options("update"), providers
         )
-        self._neg_lr = np.zeros((), dtype=np.float32)
+        self._step_scale = np.zeros((), dtype=np.float32)
         self._loss_out = np.zeros((), dtype=np.float32)
         self._penalty_out = np.zeros((), dtype=np.float32)
         self._grad_fetches = _vector(buffers.grads)
@@ -164,20 +176,34 @@ class ForwardBackwardTrainer(BaseTrainer):
         """The update binding reading parity ``src`` and writing parity ``dst``."""
         buffers = self._weights
         binding = CachedBinding(session)
-        binding.bind_input("neg_learning_rate", cpu_scalar(self._neg_lr))
+        if self._stacked:
+            rows, state_rows, new_weight, new_state = buffers.stacked[src]
+            binding.bind_input("weight_state_step", rows)
+            binding.bind_input("state_step", state_rows)
+            binding.bind_input("state_coefficients", cpu_scalar(self._coefficients[src]))
+            binding.bind_output("weight_new", new_weight)
+            binding.bind_output("state_new", new_state)
+            return binding
+        if any(i.name == "step_scale" for i in self._update_model.graph.input):
+            binding.bind_input("step_scale", cpu_scalar(self._step_scale))
         for i, name in enumerate(buffers.group_shapes):
             binding.bind_input(name, buffers.group_weights[src][i])
-            binding.bind_input(f"{name}_grad", buffers.group_grads[i])
+            binding.bind_input(f"{name}_step", buffers.group_grads[i])
             binding.bind_output(f"{name}_new", buffers.group_weights[dst][i])
-            for k in range(self.learning_rate_.n_states):
-                binding.bind_input(f"{name}_state{k}", buffers.states[src][k][i])
-                binding.bind_output(f"{name}_state{k}_new", buffers.states[dst][k][i])
+            if buffers.has_state:
+                binding.bind_input(f"{name}_state", buffers.states[src][i])
+                binding.bind_output(f"{name}_state_new", buffers.states[dst][i])
         if any(o.name == "penalty" for o in self._update_model.graph.output):
             binding.bind_output("penalty", cpu_scalar(self._penalty_out))
         return binding
 
     def _set_learning_rate(self, value: float) -> None:
-        self._neg_lr[()] = -value  # bound once: the update reads this memory every step
+        factor = self.learning_rate_.step_factor(value)
+        self._step_scale[()] = factor  # bound once: the update reads this memory
+        self._step_factor = factor
+        loader = getattr(self, "_loader", None)
+        if loader is not None:
+            loader.set_gradient_factor(factor)
 
     # -- per fit --------------------------------------------------------------------------
 
@@ -188,6 +214,7 @@ class ForwardBackwardTrainer(BaseTrainer):
         prediction buffer (every batch has batch_size rows) and the backward pass fills the
         gradient buffers the update graph was bound to at build time.
         """
+        loader.set_gradient_factor(self._step_factor)
         batches = loader.batches
         shape = tuple(batches[0].values[1].shape())  # every batch has batch_size rows
         self._host_arrays = []
@@ -199,7 +226,8 @@ class ForwardBackwardTrainer(BaseTrainer):
             loss = CachedBinding(self._loss_session)
             loss.bind_input("predicted", prediction)
             loss.bind_input("expected", batch.values[1])
-            loss.bind_input("weight", batch.values[2])
+            loss.bind_input("loss_scale", batch.loss_scale)
+            loss.bind_input("grad_scale", batch.grad_scale)
             loss.bind_output("loss", cpu_scalar(self._loss_out))
             loss.bind_output("loss_grad", loss_grad)
             if self._agent is None:

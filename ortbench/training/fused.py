@@ -36,15 +36,16 @@ def fused_step_graph(
     ``groups`` maps each tensor the update writes to the weights it holds: one flat
     tensor for every weight on CPU (their per-weight inputs view it), or each weight alone.
     Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``, each
-    flat group ``<g>`` (when it is not a weight itself), ``neg_learning_rate`` (scalar,
-    -lr), then ``<g>_state<k>`` for each optimizer state. Outputs: ``<g>_new`` and
-    ``<g>_state<k>_new`` for each group, then the loss of the batch (before the update).
+    flat group ``<g>`` (when it is not a weight itself), ``step_scale`` (scalar, the
+    rate's step factor, -lr for SGD), then ``<g>_state`` when the rate keeps a state.
+    Outputs: ``<g>_new`` (and ``<g>_state_new``) for each group, then the loss of the
+    batch (before the update).
     """
     weights = [w for names in groups.values() for w in names]
     step = vjp_graph(weights_as_inputs(with_loss, weights), weights, fill_grad=True)
     opset = next((o.version for o in step.opset_import if o.domain in ("", "ai.onnx")), 21)
     b = GraphBuilder("update", opset=opset, prefix="update_")
-    neg_lr = b.input("neg_learning_rate", [])
+    step_scale = b.input("step_scale", [])
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in step.graph.input}
     outputs = []
     for group, names in groups.items():
@@ -55,10 +56,10 @@ def fused_step_graph(
             weight = b.input(group, shape)
             flat = [b.op("Reshape", f"{n}_grad", b.const([-1], np.int64)) for n in names]
             grad = b.op("Concat", *flat, axis=0)
-        states = [b.input(f"{group}_state{k}", shape) for k in range(rate.n_states)]
-        new_weight, new_states = rate.update_nodes(b, neg_lr, weight, grad, states)
+        states = [b.input(f"{group}_state", shape)] if rate.n_states else []
+        new_weight, new_states = rate.update_nodes(b, step_scale, weight, grad, states)
         outputs.append(b.rename(new_weight, f"{group}_new"))
-        outputs += [b.rename(s, f"{group}_state{k}_new") for k, s in enumerate(new_states)]
+        outputs += [b.rename(s, f"{group}_state_new") for s in new_states]
     graph = step.graph
     graph.input.extend(b.inputs)
     graph.initializer.extend(b.initializers)
@@ -85,7 +86,7 @@ class FusedSteps:
         if isinstance(rate, LearningRateAdamW):
             raise OrtBenchError("LearningRateAdamW runs only with backend='ort-training'")
         self.weights = weights
-        self._n_states = rate.n_states
+        self._rate = rate
         self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
         initial = get_initializers(with_loss, weights)
         self._buffers = WeightBuffers(initial, rate.n_states, ort_device(device), set())
@@ -95,12 +96,13 @@ class FusedSteps:
             model.SerializeToString(), session_options("fused_step"), providers
         )
         self._loss_name = loss_name
-        self._neg_lr = np.zeros((), dtype=np.float32)
+        self._step_scale = np.zeros((), dtype=np.float32)
         self._loss_out = np.zeros((), dtype=np.float32)
         self._parity = 0
 
     def set_learning_rate(self, value: float) -> None:
-        self._neg_lr[()] = -value  # bound once: every step reads this memory
+        # bound once: every step reads this memory
+        self._step_scale[()] = self._rate.step_factor(value)
 
     def start_fit(self, loader: BatchLoader) -> None:
         buffers, self._steps = self._buffers, []
@@ -110,16 +112,16 @@ class FusedSteps:
                 binding = CachedBinding(self._session)
                 for name, value in zip(self._data_inputs, batch.values):
                     binding.bind_input(name, value)
-                binding.bind_input("neg_learning_rate", cpu_scalar(self._neg_lr))
+                binding.bind_input("step_scale", cpu_scalar(self._step_scale))
                 for name, value in zip(self.weights, buffers.weights[src]):
                     binding.bind_input(name, value)  # views of the groups below on CPU
                 for i, (group, names) in enumerate(buffers.groups.items()):
                     if names != [group]:
                         binding.bind_input(group, buffers.group_weights[src][i])
                     binding.bind_output(f"{group}_new", buffers.group_weights[dst][i])
-                    for k in range(self._n_states):
-                        binding.bind_input(f"{group}_state{k}", buffers.states[src][k][i])
-                        binding.bind_output(f"{group}_state{k}_new", buffers.states[dst][k][i])
+                    if buffers.has_state:
+                        binding.bind_input(f"{group}_state", buffers.states[src][i])
+                        binding.bind_output(f"{group}_state_new", buffers.states[dst][i])
                 binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
                 pair.append(binding)
             self._steps.append((pair, batch.length))

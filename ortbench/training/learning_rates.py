@@ -1,23 +1,39 @@
 """Learning rates and weight updates, with scikit-learn MLP's semantics.
 
 Modelled on scikit-learn's ``neural_network/_stochastic_optimizers.py``: a small object
-holds the schedule's state (the current rate ``value``) and says how weights move.
-For the forward/backward trainer the update is one fused ONNX graph over all weights
-(:meth:`BaseLearningRate.build_onnx_function`); for the full trainer the object names
-the on-device optimizer onnxruntime runs.
+holds the schedule's state (the current rate ``value``) and says how weights move. For
+the full trainer on onnxruntime-training the object names the on-device optimizer.
 
-- ``LearningRateSGD``: w += -lr * g
-- ``LearningRateSGDNesterov``: v = m * v - lr * g, then w += m * v - lr * g (Nesterov)
-  or w += v (classical momentum); velocities start at zero. The update graph keeps
-  q = m * v as its state, which turns Nesterov's update into four nodes:
-  s = -lr * g, v = q + s, q = m * v, w = w + q + s.
-- ``learning_rate='constant'`` (the default, as in MLPRegressor) keeps eta0;
-  ``'invscaling'`` sets lr = eta0 / (t + 1) ** power_t at the end of each epoch, t being
-  the number of samples seen so far.
+Every rate of the SGD family moves weights the same way, written so that a step makes
+as few passes over the weights as possible:
+
+- the step ``e = -lr * gradient_scale * g`` (the loss graph already scales the gradient
+  it back-propagates, so no node computes it);
+- ``w_new = w + s + e``, ``s`` being the optimizer state (none for plain SGD);
+- ``s_new = c_s * s + c_e * e``, ``(c_s, c_e)`` being :meth:`state_coefficients`.
+
+With momentum ``m`` and scikit-learn's velocity ``v`` (``v_new = m * v - lr * g``):
+
+- ``LearningRateSGD``: ``w += -lr * g``; no state.
+- ``LearningRateSGDNesterov`` (``nesterov=True``): ``w += m * v_new - lr * g`` is
+  ``w + m^2 * v + (1 + m) * (-lr * g)``, so ``s = m^2 * v``, ``gradient_scale = 1 + m``
+  and ``s_new = m * s + m^2 / (1 + m) * e``.
+- Classical momentum (``nesterov=False``): ``w += v_new`` is ``w + m * v - lr * g``, so
+  ``s = m * v``, ``gradient_scale = 1`` and ``s_new = m * s + m * e``.
+
+On CPU the forward/backward trainer stores a flat weight, state and step side by side,
+so its update is two matrix-vector products over adjacent rows (see
+:meth:`BaseLearningRate.build_stacked_function`), where element-wise nodes would make
+five passes.
+
+``learning_rate='constant'`` (the default, as in MLPRegressor) keeps eta0;
+``'invscaling'`` sets lr = eta0 / (t + 1) ** power_t at the end of each epoch, t being
+the number of samples seen so far.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 from sklearn.base import BaseEstimator
 
@@ -29,9 +45,9 @@ _SCHEDULES = ("constant", "invscaling")
 
 
 class BaseLearningRate(BaseEstimator):
-    """Schedule state shared by every learning rate."""
+    """Schedule state shared by every learning rate, and the SGD family's update."""
 
-    #: Tensors of optimizer state kept per weight (velocities...).
+    #: Tensors of optimizer state kept per weight: 0 (SGD) or 1 (momentum).
     n_states = 0
 
     def __init__(self, eta0: float = 0.01, learning_rate: str = "constant", power_t: float = 0.25):
@@ -60,12 +76,38 @@ class BaseLearningRate(BaseEstimator):
             self.value = float(self.eta0) / (t + 1) ** self.power_t
         return self.value
 
-    def update_nodes(self, b: GraphBuilder, neg_lr: str, weight: str, grad: str, states: list[str]):
-        """Add the nodes updating one weight; return (new weight, new states).
+    def gradient_scale(self) -> float:
+        """What multiplies ``-lr * g`` in the step ``e``."""
+        return 1.0
 
-        ``neg_lr`` is the negated learning rate, so a step is one Mul by it.
+    def step_factor(self, value: float) -> float:
+        """The factor turning a gradient into the step at learning rate ``value``."""
+        return -value * self.gradient_scale()
+
+    def state_coefficients(self) -> tuple[float, float]:
+        """``(c_s, c_e)`` of the state update ``s_new = c_s * s + c_e * e``."""
+        raise OrtBenchError(f"{type(self).__name__} keeps no optimizer state")
+
+    # -- ONNX nodes and graphs --------------------------------------------------------------
+
+    def weight_nodes(self, b: GraphBuilder, weight: str, state: str | None, step: str) -> str:
+        """Add ``w + s + e`` (``w + e`` without state); return the new weight's name."""
+        return b.op("Sum", weight, state, step) if state else b.op("Add", weight, step)
+
+    def state_nodes(self, b: GraphBuilder, state: str, step: str) -> str:
+        """Add ``c_s * s + c_e * e``; return the new state's name."""
+        c_s, c_e = self.state_coefficients()
+        return b.op("Add", b.op("Mul", state, b.const(c_s)), b.op("Mul", step, b.const(c_e)))
+
+    def update_nodes(self, b: GraphBuilder, step_scale: str, weight: str, grad: str, states):
+        """The whole update from a raw gradient, in one graph; return (weight, states).
+
+        ``step_scale`` is the scalar :meth:`step_factor`; used by the fused full step.
         """
-        raise NotImplementedError
+        step = b.op("Mul", grad, step_scale)
+        state = states[0] if states else None
+        new_states = [self.state_nodes(b, state, step)] if state else []
+        return self.weight_nodes(b, weight, state, step), new_states
 
     def build_onnx_function(
         self,
@@ -73,44 +115,62 @@ class BaseLearningRate(BaseEstimator):
         penalty: BaseLearningPenalty | None = None,
         penalty_masks: dict | None = None,
     ) -> onnx.ModelProto:
-        """One graph updating every weight, the penalty's gradient fused in.
+        """The forward/backward trainer's update graph, for every tensor of ``shapes``.
 
         ``shapes`` names the tensors to update (one flat tensor holding every weight, or
-        one per weight). Inputs: ``neg_learning_rate`` (scalar, -lr); for each tensor ``<w>``:
-        ``<w>``, ``<w>_grad`` (its loss gradient), then ``<w>_state<k>`` for each optimizer
-        state. Outputs: ``<w>_new`` and ``<w>_state<k>_new`` for each tensor, then
-        ``penalty`` (scalar) when the penalty is active. ``penalty_masks[w]`` says what
-        the penalty applies to: True (all), False (nothing, e.g. a bias) or a 0/1 array
+        one per weight). Inputs, for each tensor ``<w>``: ``<w>``, ``<w>_step`` (the
+        scaled gradient ``e``) and ``<w>_state`` when the rate keeps a state; then
+        ``step_scale`` (scalar, :meth:`step_factor`) when the penalty is active.
+        Outputs: ``<w>_new`` (and ``<w>_state_new``) for each tensor, then ``penalty``
+        (scalar) when the penalty is active. ``penalty_masks[w]`` says what the penalty
+        applies to: True (all), False (nothing, e.g. a bias) or a 0/1 array
         (coefficients inside a flat tensor); all by default.
         """
         penalty = penalty or NoLearningPenalty()
         masks = penalty_masks or {}
         b = GraphBuilder(f"update_{type(self).__name__}")
-        neg_lr = b.input("neg_learning_rate", [])
+        scale = b.input("step_scale", []) if penalty.is_active() else None
         penalties = []
         for name, shape in shapes.items():
             weight = b.input(name, shape)
-            grad = b.input(f"{name}_grad", shape)
-            states = [b.input(f"{name}_state{k}", shape) for k in range(self.n_states)]
+            step = b.input(f"{name}_step", shape)
+            state = b.input(f"{name}_state", shape) if self.n_states else None
             mask = masks.get(name, True)
-            if penalty.is_active() and mask is not False:
+            if scale and mask is not False:
                 penalised = weight if mask is True else b.op("Mul", weight, b.const(mask))
-                grad = penalty.gradient_nodes(b, penalised, grad)
+                gradient = penalty.gradient_nodes(b, penalised)
+                step = b.op("Add", step, b.op("Mul", gradient, scale))
                 penalties.append(penalty.penalty_nodes(b, penalised))
-            new_weight, new_states = self.update_nodes(b, neg_lr, weight, grad, states)
-            b.output(b.rename(new_weight, f"{name}_new"), shape)
-            for k, state in enumerate(new_states):
-                b.output(b.rename(state, f"{name}_state{k}_new"), shape)
+            if state:
+                b.output(b.rename(self.state_nodes(b, state, step), f"{name}_state_new"), shape)
+            b.output(b.rename(self.weight_nodes(b, weight, state, step), f"{name}_new"), shape)
         if penalties:
             b.output(b.add_all(penalties, name="penalty"), [])
+        return b.to_model()
+
+    def build_stacked_function(self, size: int) -> onnx.ModelProto:
+        """The update of a flat weight, state and step stored as adjacent rows.
+
+        Inputs: ``weight_state_step`` (3, size), the rows w, s and e in any order;
+        ``state_step`` (2, size), the rows s and e; ``state_coefficients`` (1, 2), the
+        (c_s, c_e) of :meth:`state_coefficients` in the order of ``state_step``'s rows.
+        Outputs: ``weight_new`` (1, size), w + s + e, and ``state_new`` (1, size).
+        onnxruntime runs a (1, k) by (k, n) product in one pass over its k rows, faster
+        than ``Sum`` or a (2, 3) product.
+        """
+        b = GraphBuilder(f"stacked_update_{type(self).__name__}")
+        rows = b.input("weight_state_step", [3, size])
+        state_rows = b.input("state_step", [2, size])
+        coefficients = b.input("state_coefficients", [1, 2])
+        b.op("MatMul", b.const(np.ones((1, 3))), rows, name="weight_new")
+        b.op("MatMul", coefficients, state_rows, name="state_new")
+        b.output("weight_new", [1, size])
+        b.output("state_new", [1, size])
         return b.to_model()
 
 
 class LearningRateSGD(BaseLearningRate):
     """Plain stochastic gradient descent: w += -lr * g."""
-
-    def update_nodes(self, b, neg_lr, weight, grad, states):
-        return b.op("Add", weight, b.op("Mul", grad, neg_lr)), []
 
 
 class LearningRateSGDNesterov(BaseLearningRate):
@@ -135,14 +195,12 @@ class LearningRateSGDNesterov(BaseLearningRate):
         if not 0 <= self.momentum < 1:
             raise OrtBenchError(f"momentum must be in [0, 1), got {self.momentum}")
 
-    def update_nodes(self, b, neg_lr, weight, grad, states):
-        # states[0] holds q = momentum * velocity
-        step = b.op("Mul", grad, neg_lr)
-        velocity = b.op("Add", states[0], step)
-        scaled = b.op("Mul", velocity, b.const(self.momentum))
-        if self.nesterov:
-            return b.op("Sum", weight, scaled, step), [scaled]
-        return b.op("Add", weight, velocity), [scaled]
+    def gradient_scale(self) -> float:
+        return 1.0 + self.momentum if self.nesterov else 1.0
+
+    def state_coefficients(self) -> tuple[float, float]:
+        m = self.momentum
+        return (m, m * m / (1 + m)) if self.nesterov else (m, m)
 
 
 class LearningRateAdamW(BaseLearningRate):

@@ -36,21 +36,25 @@ class BaseLearningLoss(BaseEstimator):
         """Add nodes for the element-wise loss term only (what full training differentiates)."""
         return self.element_nodes(b, expected, predicted)[0]
 
-    def build_onnx_function(self, weighted: bool = False) -> onnx.ModelProto:
+    def build_onnx_function(self) -> onnx.ModelProto:
         """The loss-and-gradient graph of the forward/backward trainer.
 
-        Inputs: ``expected`` (n, c), ``predicted`` (n, c), and ``weight`` (n,) when
-        ``weighted``. Outputs: ``loss`` (scalar) and ``loss_grad`` (n, c), the gradient of
-        the loss wrt ``predicted``.
+        Inputs: ``expected`` (n, c), ``predicted`` (n, c), ``loss_scale`` (n, 1), each
+        row's share of the batch loss (w / sum(w), or 1 / n), and ``grad_scale`` (n, 1),
+        what multiplies each row's derivative. Both are per-batch data the loader computes
+        once per epoch (see :class:`ortbench.training.data.BatchLoader`): the trainer sets
+        ``grad_scale`` to the loss scale times the optimizer's step factor, so the
+        backward pass yields the weight step itself. Outputs: ``loss`` (scalar) and
+        ``loss_grad`` (n, c), the scaled gradient of the loss wrt ``predicted``.
         """
         b = GraphBuilder(type(self).__name__)
         expected = b.input("expected", ["N", "C"])
         predicted = b.input("predicted", ["N", "C"])
-        weight = b.input("weight", ["N"]) if weighted else None
+        loss_scale = b.input("loss_scale", ["N", 1])
+        grad_scale = b.input("grad_scale", ["N", 1])
         element, derivative = self.element_nodes(b, expected, predicted)
-        scale = _batch_scale(b, predicted, weight)
-        b.op("ReduceSum", b.op("Mul", element, scale), keepdims=0, name="loss")
-        b.op("Mul", derivative, scale, name="loss_grad")
+        b.op("ReduceSum", b.op("Mul", element, loss_scale), keepdims=0, name="loss")
+        b.op("Mul", derivative, grad_scale, name="loss_grad")
         b.output("loss", [])
         b.output("loss_grad", ["N", "C"])
         return b.to_model()

@@ -23,8 +23,8 @@ class BaseLearningPenalty(BaseEstimator):
         """Add nodes computing the penalty of one weight; return the scalar's name."""
         raise NotImplementedError
 
-    def gradient_nodes(self, b: GraphBuilder, weight: str, grad: str) -> str:
-        """Add nodes adding the penalty's gradient to ``grad``; return the new gradient."""
+    def gradient_nodes(self, b: GraphBuilder, weight: str) -> str:
+        """Add nodes computing the penalty's gradient wrt ``weight``; return its name."""
         raise NotImplementedError
 
 
@@ -37,8 +37,8 @@ class NoLearningPenalty(BaseLearningPenalty):
     def penalty_nodes(self, b, weight):
         raise AssertionError("NoLearningPenalty emits no node")
 
-    def gradient_nodes(self, b, weight, grad):
-        return grad
+    def gradient_nodes(self, b, weight):
+        raise AssertionError("NoLearningPenalty emits no node")
 
 
 class ElasticLearningPenalty(BaseLearningPenalty):
@@ -58,7 +58,7 @@ class ElasticLearningPenalty(BaseLearningPenalty):
         )
         return b.op("Add", l1, l2)
 
-    def gradient_nodes(self, b, weight, grad):
+    def gradient_nodes(self, b, weight):
         g1 = b.op("Mul", b.op("Sign", weight), b.const(self.l1))
         g2 = b.op("Mul", weight, b.const(2 * self.l2))
-        return b.op("Add", grad, b.op("Add", g1, g2))
+        return b.op("Add", g1, g2)

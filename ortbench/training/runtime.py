@@ -171,7 +171,7 @@ def native_stderr_silenced() -> Iterator[None]:
 
 
 def cpu_scalar(array) -> C.OrtValue:
-    """An OrtValue viewing a 0-d numpy array in host memory.
+    """An OrtValue viewing a small numpy array (a scalar, a few coefficients) in host memory.
 
     Learning rates, losses and penalties live there on every device: the trainer reads
     or writes them through numpy, and onnxruntime copies a scalar across on CUDA.

@@ -1,11 +1,17 @@
-"""Weights, optimizer states and gradients of the trainers that own their weights.
+"""Weights, optimizer state, steps and gradients of the trainers that own their weights.
 
 The update graph costs about 1 to 3 us per node on CPU, so it should not grow with the
-number of weights. On CPU every weight, state and gradient therefore lives in one flat
-host array per role and parity, and the per-weight OrtValues TrainingAgent reads and
-writes are views into it: the update graph sees one tensor ("weights") whatever the
-model. On CUDA, where no view of a device buffer can be made, each weight is its own
-group. Buffers come in two parities: a step's update reads one and writes the other.
+number of weights. On CPU every weight lives in one flat host array per parity, and the
+per-weight OrtValues TrainingAgent reads are views into it: the update graph sees one
+tensor ("weights") whatever the model. The step (the scaled gradient the backward pass
+writes, see ``learning_rates.py``) is flat too, and so is the optimizer state. With a
+state, the five flat tensors are the rows of one array, ``[w0, s0, e, s1, w1]``, so
+that what an update reads is always adjacent: parity 0 reads rows 0-2 (and 1-2 for the
+state) and writes rows 4 and 3, parity 1 reads rows 2-4 (and 2-3) and writes rows 0
+and 1.
+On CUDA, where no view of a device buffer can be made, each weight is its own group and
+nothing is stacked. Weights and states come in two parities: a step reads one and
+writes the other.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from __future__ import annotations
 import numpy as np
 from onnxruntime.capi import _pybind_state as C
 
+from .errors import OrtBenchError
+
 
 class WeightBuffers:
-    """Double-buffered weights and states, gradients, and the update graph's groups."""
+    """Double-buffered weights and state, the step, and the update graph's groups."""
 
     def __init__(
         self,
@@ -24,49 +32,79 @@ class WeightBuffers:
         device: C.OrtDevice,
         biases: set[str],
     ):
+        if n_states not in (0, 1):
+            raise OrtBenchError(f"an optimizer with {n_states} states is not supported here")
         self.names = list(initial)
+        self.has_state = n_states == 1
         self._device = device
-        self._on_cpu = device.device_type() == C.OrtDevice.cpu()
+        self.on_cpu = device.device_type() == C.OrtDevice.cpu()
         arrays = {n: np.ascontiguousarray(v, dtype=np.float32) for n, v in initial.items()}
-        if self._on_cpu:
-            self.groups = {"weights": self.names}
-            self.group_shapes = {"weights": [sum(a.size for a in arrays.values())]}
-            mask = np.concatenate(
-                [np.full(a.size, n not in biases, np.float32) for n, a in arrays.items()]
-            )
-            self.penalty_masks = {"weights": _simplify(mask)}
-        else:
-            self.groups = {n: [n] for n in self.names}
-            self.group_shapes = {n: list(a.shape) for n, a in arrays.items()}
-            self.penalty_masks = {n: n not in biases for n in self.names}
         self._shapes = {n: a.shape for n, a in arrays.items()}
         self._hosts: list[np.ndarray] = []  # CPU memory the OrtValues view
-        flat = [np.concatenate([a.ravel() for a in arrays.values()])] if self._on_cpu else None
-        # weights[p]: per-weight OrtValues; group_weights[p]: what the update graph reads
-        self.weights, self.group_weights = zip(*(self._alloc(arrays, flat) for _ in range(2)))
-        # states[p][k]: the group values of state k in parity p
-        self.states = [[self._alloc_zeros()[1] for _ in range(n_states)] for _ in range(2)]
-        self.grads, self.group_grads = self._alloc_zeros()
+        if self.on_cpu:
+            self._init_flat(arrays, biases)
+        else:
+            self._init_per_weight(arrays, biases)
 
-    def _alloc(self, arrays: dict[str, np.ndarray], flat) -> tuple[list, list]:
-        """Per-weight values and group values holding ``arrays``."""
-        if self._on_cpu:
-            host = flat[0].copy()
-            self._hosts.append(host)
-            views, offset = [], 0
-            for name in self.names:
-                size = arrays[name].size
-                view = host[offset : offset + size].reshape(self._shapes[name])
-                views.append(C.OrtValue.ortvalue_from_numpy(view, self._device))
-                offset += size
-            return views, [C.OrtValue.ortvalue_from_numpy(host, self._device)]
-        values = [C.OrtValue.ortvalue_from_numpy(arrays[n], self._device) for n in self.names]
-        return values, values
+    def _init_flat(self, arrays: dict[str, np.ndarray], biases: set[str]) -> None:
+        size = sum(a.size for a in arrays.values())
+        self.groups = {"weights": self.names}
+        self.group_shapes = {"weights": [size]}
+        mask = np.concatenate(
+            [np.full(a.size, n not in biases, np.float32) for n, a in arrays.items()]
+        )
+        self.penalty_masks = {"weights": _simplify(mask)}
+        flat = np.concatenate([a.ravel() for a in arrays.values()])
+        if self.has_state:
+            rows = self._host(np.zeros((5, size), np.float32))
+            rows[0], rows[4] = flat, flat
+            weights, step, states = [rows[0], rows[4]], rows[2], [rows[1], rows[3]]
+            self.states = [[self._value(s)] for s in states]
+            #: parity p's update: (w, s, e) rows, (s, e) rows, new weight row, new state row
+            self.stacked = [
+                tuple(self._value(rows[a:b]) for a, b in ((0, 3), (1, 3), (4, 5), (3, 4))),
+                tuple(self._value(rows[a:b]) for a, b in ((2, 5), (2, 4), (0, 1), (1, 2))),
+            ]
+        else:
+            weights = [self._host(flat.copy()) for _ in (0, 1)]
+            step = self._host(np.zeros(size, np.float32))
+        self.weights = [self._views(w) for w in weights]
+        self.group_weights = [[self._value(w)] for w in weights]
+        self.grads, self.group_grads = self._views(step), [self._value(step)]
 
-    def _alloc_zeros(self) -> tuple[list, list]:
-        zeros = {n: np.zeros(s, np.float32) for n, s in self._shapes.items()}
-        flat = [np.zeros(sum(z.size for z in zeros.values()), np.float32)]
-        return self._alloc(zeros, flat if self._on_cpu else None)
+    def _init_per_weight(self, arrays: dict[str, np.ndarray], biases: set[str]) -> None:
+        self.groups = {n: [n] for n in self.names}
+        self.group_shapes = {n: list(a.shape) for n, a in arrays.items()}
+        self.penalty_masks = {n: n not in biases for n in self.names}
+        self.weights = [[self._value(a) for a in arrays.values()] for _ in (0, 1)]
+        self.group_weights = self.weights
+        zeros = [np.zeros(a.shape, np.float32) for a in arrays.values()]
+        self.grads = self.group_grads = [self._value(z) for z in zeros]
+        if self.has_state:
+            self.states = [[self._value(z) for z in zeros] for _ in (0, 1)]
+
+    @staticmethod
+    def stacked_coefficients(c_s: float, c_e: float) -> list[np.ndarray]:
+        """The state update's (1, 2) coefficients in each parity's row order: parity 0
+        reads (s0, e), parity 1 reads (e, s1)."""
+        return [np.array([[c_s, c_e]], np.float32), np.array([[c_e, c_s]], np.float32)]
+
+    def _host(self, array: np.ndarray) -> np.ndarray:
+        self._hosts.append(array)
+        return array
+
+    def _value(self, array: np.ndarray) -> C.OrtValue:
+        return C.OrtValue.ortvalue_from_numpy(array, self._device)
+
+    def _views(self, flat: np.ndarray) -> list[C.OrtValue]:
+        """Per-weight OrtValues viewing consecutive slices of ``flat``."""
+        views, offset = [], 0
+        for name in self.names:
+            shape = self._shapes[name]
+            size = int(np.prod(shape))
+            views.append(self._value(flat[offset : offset + size].reshape(shape)))
+            offset += size
+        return views
 
     def get(self, parity: int) -> dict[str, np.ndarray]:
         """Copies of the weights of one parity, by name."""
