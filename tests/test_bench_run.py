@@ -93,16 +93,16 @@ def test_summary_and_plots(run_folder):
 
 
 def test_an_interrupted_run_keeps_its_finished_rows(tmp_path, monkeypatch, capsys):
-    real = matrix.run_cell
+    real = matrix.run_group
     calls = []
 
-    def interrupted_on_the_third_cell(cell, config):
-        calls.append(cell)
-        if len(calls) == 3:
+    def interrupted_in_the_second_group(group, config):
+        calls.append(group)
+        if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(cell, config)
+        return real(group, config)
 
-    monkeypatch.setattr(matrix, "run_cell", interrupted_on_the_third_cell)
+    monkeypatch.setattr(matrix, "run_group", interrupted_in_the_second_group)
     options = "--contenders ort-fwbw,sklearn-mlp-sgd --problem linear --dataset diabetes"
     options += " --batch-sizes 8 32 --devices cpu --epochs 1 --repeat 2"
     status = main(["bench", *options.split(), "--out", str(tmp_path)])
@@ -175,3 +175,22 @@ def test_seconds_never_print_in_scientific_notation():
     assert format_seconds(2.5e-5) == "25 µs"
     assert format_seconds(1.5) == "1.5 s"
     assert format_seconds(3e-10) == "0.3 ns"
+
+
+def test_timed_fits_of_a_group_are_interleaved(tmp_path, monkeypatch):
+    from ortbench.bench.contenders.base import Contender
+
+    order = []
+    real = Contender.seconds_per_step
+
+    def recorded(self, epochs=1):
+        order.append(self.name)
+        return real(self, epochs)
+
+    monkeypatch.setattr(Contender, "seconds_per_step", recorded)
+    config = BenchConfig(
+        contenders=("ort-fwbw", "sklearn-mlp-sgd"), problems=("linear",),
+        datasets=("diabetes",), batch_sizes=(32,), devices=("cpu",), epochs=1, repeat=3,
+    )  # fmt: skip
+    run_matrix(config, ResultsWriter(tmp_path), "interleaved")
+    assert order == ["ort-fwbw", "sklearn-mlp-sgd"] * 3

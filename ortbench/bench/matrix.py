@@ -1,7 +1,8 @@
 """The comparison matrix: contenders x problems x data sets x batch sizes x devices.
 
-:func:`run_matrix` runs every cell in turn and appends its row to the run folder as soon
-as it finishes. A cell a contender cannot run gets a row with status
+:func:`run_matrix` runs the cells group by group (the contenders of one problem, data
+set, device and batch size, their timed fits interleaved) and appends each row to the
+run folder as soon as its group finishes. A cell a contender cannot run gets a row with status
 "unavailable: <reason>", a cell that raised gets "failed: <error>": no cell disappears.
 """
 
@@ -113,8 +114,9 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def run_cell(cell: Cell, config: BenchConfig) -> CellResult:
-    """Fit the cell's contender, time ``repeat`` more fits of ``epochs`` epochs, score it."""
+def _prepare(cell: Cell, config: BenchConfig) -> tuple[dict, object | None]:
+    """The cell's row after a first fit and its scores, and the fitted contender (None
+    when the cell is unavailable or failed: the row's status says why)."""
     problem = make_problem(cell.problem, cell.dataset, n_samples=config.n_samples)
     row = {
         **vars(cell),
@@ -126,7 +128,7 @@ def run_cell(cell: Cell, config: BenchConfig) -> CellResult:
     try:
         contender = make_contender(cell.contender, problem, cell.batch_size, cell.device)
     except Unavailable as e:
-        return CellResult({**row, "status": f"unavailable: {e}"})
+        return {**row, "status": f"unavailable: {e}"}, None
     data = problem.data
     try:
         row["initial_loss"] = problem.loss(data.y_train, contender.predict(data.X_train))
@@ -137,18 +139,46 @@ def run_cell(cell: Cell, config: BenchConfig) -> CellResult:
         validation = contender.predict(data.X_val)
         row["validation_loss"] = problem.loss(data.y_val, validation)
         row["validation_score"] = problem.score(data.y_val, validation)
-        samples = [contender.seconds_per_step(config.epochs) for _ in range(config.repeat)]
-        counts = contender.runtime_counts()
     except Exception as e:  # a cell that breaks is a result, not the end of the run
-        return CellResult({**row, "status": f"failed: {_first_line(e)}"})
-    row.update(
-        seconds_per_step=float(np.median(samples)),
-        seconds_per_step_min=min(samples),
-        seconds_per_step_max=max(samples),
-    )
-    if counts is not None:
-        row.update(runs_per_step=counts.runs_per_step, ortvalues_per_step=counts.ortvalues_per_step)
-    return CellResult(row, samples, contender.loss_curve_)
+        return {**row, "status": f"failed: {_first_line(e)}"}, None
+    return row, contender
+
+
+def run_group(group: list[Cell], config: BenchConfig) -> list[CellResult]:
+    """Run cells that differ only by contender, their timed fits interleaved.
+
+    Every contender is fitted once first; then each of the ``repeat`` rounds times one
+    fit of ``epochs`` epochs of every contender in turn. A drift of the machine's speed
+    during the group then touches every contender alike, which keeps their ratios (what
+    the matrix is read for) honest on a noisy machine.
+    """
+    prepared = [_prepare(cell, config) for cell in group]
+    samples: list[list[float]] = [[] for _ in group]
+    for _ in range(config.repeat):
+        for k, (row, contender) in enumerate(prepared):
+            if contender is None or row["status"] != "ok":
+                continue
+            try:
+                samples[k].append(contender.seconds_per_step(config.epochs))
+            except Exception as e:
+                row["status"] = f"failed: {_first_line(e)}"
+    results = []
+    for (row, contender), times in zip(prepared, samples):
+        if contender is None or row["status"] != "ok":
+            results.append(CellResult(row))
+            continue
+        row.update(
+            seconds_per_step=float(np.median(times)),
+            seconds_per_step_min=min(times),
+            seconds_per_step_max=max(times),
+        )
+        counts = contender.runtime_counts()
+        if counts is not None:
+            row.update(
+                runs_per_step=counts.runs_per_step, ortvalues_per_step=counts.ortvalues_per_step
+            )
+        results.append(CellResult(row, times, contender.loss_curve_))
+    return results
 
 
 def run_matrix(
@@ -157,15 +187,21 @@ def run_matrix(
     run_id: str,
     progress: Callable[[int, int, Cell, dict], None] | None = None,
 ) -> int:
-    """Run every cell, appending each row to ``writer`` as it finishes; return the count."""
+    """Run every cell, group by group (see :func:`run_group`), appending each row to
+    ``writer`` as its group finishes; return the number of cells."""
     todo = cells(config.check())
     context = {"run_id": run_id, **versions(), **machine()}
-    for done, cell in enumerate(todo, 1):
-        result = run_cell(cell, config)
-        row = {column: np.nan for column in MEASURED} | context | result.row
-        writer.append(row, result.samples, result.loss_curve)
-        if progress is not None:
-            progress(done, len(todo), cell, row)
+    done = 0
+    for _, group in itertools.groupby(
+        todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
+    ):
+        group = list(group)
+        for cell, result in zip(group, run_group(group, config)):
+            row = {column: np.nan for column in MEASURED} | context | result.row
+            writer.append(row, result.samples, result.loss_curve)
+            done += 1
+            if progress is not None:
+                progress(done, len(todo), cell, row)
     return len(todo)
 
 
