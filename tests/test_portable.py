@@ -22,7 +22,7 @@ from ortbench.training import (
 )
 from ortbench.training.derivative import choose_backend
 from ortbench.training.graph_builder import GraphBuilder
-from ortbench.training.portable import RULES, vjp_graph
+from ortbench.training.portable import RULES, split_forward_backward, vjp_graph
 from ortbench.training.runtime import runtime_problem
 
 RNG = np.random.default_rng(0)
@@ -175,6 +175,31 @@ def assert_backends_agree(onx, inputs: dict, upstream: dict) -> None:
     got, expected = run(portable, feeds), run(reference, feeds)
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "logistic"])
+def test_split_forward_backward_computes_nothing_twice(activation, regression):
+    from ortbench.training.graph_tools import weights_as_inputs
+
+    X, y = regression
+    onx = to_onnx(fitted_mlp(X, y, hidden=(6, 4), activation=activation), X[:1])
+    weights = {i.name: onnx.numpy_helper.to_array(i) for i in onx.graph.initializer}
+    trained = [n for n in weights if n.startswith(("coefficient", "intercepts"))]
+    model = weights_as_inputs(onx, trained)
+    forward, backward, stash = split_forward_backward(model, trained)
+    # the backward graph holds no node of the model: the stash carries what it reads
+    assert len(forward.graph.node) == len(model.graph.node)
+    model_outputs = {o for n in model.graph.node for o in n.output}
+    assert not model_outputs.intersection(o for n in backward.graph.node for o in n.output)
+    feeds = {"X": X[:10], **{n: weights[n] for n in trained}}
+    upstream = {"variable_grad": RNG.standard_normal((10, 1)).astype(np.float32)}
+    passed = run(forward, feeds)
+    backward_feeds = {**feeds, **upstream, **{n: passed[n] for n in stash}}
+    names = {i.name for i in backward.graph.input}
+    got = run(backward, {n: v for n, v in backward_feeds.items() if n in names})
+    expected = run(vjp_graph(model, trained), {**feeds, **upstream})
+    for name in trained:
+        np.testing.assert_allclose(got[f"{name}_grad"], expected[f"{name}_grad"], rtol=1e-6)
 
 
 def test_operator_without_rule_is_named():

@@ -31,7 +31,7 @@ from .iobinding import CachedBinding, make_session
 from .learning_rates import BaseLearningRate, LearningRateAdamW
 from .losses import BaseLearningLoss, SquareLearningLoss
 from .penalties import BaseLearningPenalty, NoLearningPenalty
-from .portable import vjp_graph
+from .portable import split_forward_backward
 from .runtime import cpu_scalar, ort_device
 from .weights import WeightBuffers
 
@@ -147,15 +147,14 @@ class ForwardBackwardTrainer(BaseTrainer):
         self._model_graphs = {"training": graph.model}
 
     def _build_portable(self, static, providers) -> None:
-        """Two sessions of standard operators: the forward pass and the gradient graph.
-
-        The gradient graph recomputes the forward pass it needs (no activations cross
-        sessions), which costs a forward per step but runs on any onnxruntime build.
+        """Two sessions of standard operators: the forward pass, which also outputs the
+        intermediate values the gradient graph reads (the stash), and the gradient graph.
         """
         self._agent = None
-        forward = weights_as_inputs(static, self.weights_)
-        backward = vjp_graph(forward, self.weights_)
-        del backward.graph.output[len(self.weights_) :]  # the gradients only
+        model = weights_as_inputs(static, self.weights_)
+        forward, backward, self._stash = split_forward_backward(model, self.weights_)
+        self._stash_buffers = None  # allocated by the first forward run (_stash_values)
+        self._backward_inputs = {i.name for i in backward.graph.input}
         self._model_graphs = {"forward": forward, "backward": backward}
         self._portable_sessions = [
             make_session(m.SerializeToString(), self._session_options(name), providers)
@@ -231,21 +230,42 @@ class ForwardBackwardTrainer(BaseTrainer):
             loss.bind_output("loss", cpu_scalar(self._loss_out))
             loss.bind_output("loss_grad", loss_grad)
             if self._agent is None:
-                passes = [self._bind_passes(batch, p, prediction, loss_grad) for p in (0, 1)]
+                stash = self._stash_values(batches[0], prediction)
+                passes = [self._bind_passes(batch, p, stash, loss_grad) for p in (0, 1)]
                 self._steps.append((passes, loss.run, batch.length))
                 continue
             forward_in = [_vector([batch.values[0], *self._weights.weights[p]]) for p in (0, 1)]
             self._steps.append((forward_in, forward_out, loss.run, backward_in, batch.length))
 
-    def _bind_passes(self, batch, parity: int, prediction, loss_grad) -> tuple:
+    def _stash_values(self, batch, prediction) -> dict[str, C.OrtValue]:
+        """The prediction and the buffers the forward pass hands to the backward pass,
+        allocated by onnxruntime in one forward run (their shapes are then known)."""
+        if self._stash_buffers is None:
+            binding = CachedBinding(self._portable_sessions[0])
+            binding.bind_input(self._input.name, batch.values[0])
+            for name, value in zip(self.weights_, self._weights.weights[self._parity]):
+                binding.bind_input(name, value)
+            names = [self.output_name_, *(n for n in self._stash if n != self.output_name_)]
+            for name in names:
+                binding.binding.bind_output(name, self._ort_device)
+            binding.run()
+            self._stash_buffers = dict(zip(names[1:], list(binding.binding.get_outputs())[1:]))
+        return {self.output_name_: prediction, **self._stash_buffers}
+
+    def _bind_passes(self, batch, parity: int, stash: dict, loss_grad) -> tuple:
         """The portable forward and backward runs of one batch reading weights ``parity``."""
         forward, backward = (CachedBinding(s) for s in self._portable_sessions)
-        weights, x = self._weights.weights[parity], batch.values[0]
-        for binding in (forward, backward):
-            binding.bind_input(self._input.name, x)
-            for name, value in zip(self.weights_, weights):
-                binding.bind_input(name, value)
-        forward.bind_output(self.output_name_, prediction)
+        values = {
+            self._input.name: batch.values[0],
+            **dict(zip(self.weights_, self._weights.weights[parity])),
+        }
+        for name, value in values.items():
+            forward.bind_input(name, value)
+        for name, value in stash.items():
+            forward.bind_output(name, value)
+        values.update(stash)
+        for name in self._backward_inputs - {f"{self.output_name_}_grad"}:
+            backward.bind_input(name, values[name])
         backward.bind_input(f"{self.output_name_}_grad", loss_grad)
         for name, grad in zip(self.weights_, self._weights.grads):
             backward.bind_output(f"{name}_grad", grad)

@@ -6,7 +6,8 @@ here use the default ONNX domain only and run on any onnxruntime build, CUDA inc
 
 :func:`vjp_graph` appends, after a model's nodes, the vector-Jacobian product of its float
 outputs: given ``<y>_grad`` for each output y, it computes ``<x>_grad`` for the requested
-inputs and initializers. Each operator's rule is a small function of :data:`RULES`; an
+inputs and initializers. :func:`split_forward_backward` cuts that graph in two, the
+forward pass handing the backward pass the intermediate values it needs. Each operator's rule is a small function of :data:`RULES`; an
 operator without one stops with an error naming it and the node.
 """
 
@@ -52,8 +53,19 @@ class _Context:
         if not axes:
             return grad
         b = self.b
+        if axes == list(range(lead)):  # leading axes only: dropping them gives the shape
+            return b.op("ReduceSum", grad, b.const(axes, np.int64), keepdims=0)
         summed = b.op("ReduceSum", grad, b.const(axes, np.int64), keepdims=1)
-        return b.op("Reshape", summed, b.op("Shape", like))
+        if lead == 0:  # same rank: keeping the summed axes as 1s gives the shape
+            return summed
+        return b.op("Reshape", summed, self.shape_of(like))
+
+    def shape_of(self, name: str) -> str:
+        """The shape of ``name``: a constant when it is fully static, else a Shape node."""
+        shape = self.shapes.get(name)
+        if shape is not None and all(d is not None for d in shape):
+            return self.b.const(shape, np.int64)
+        return self.b.op("Shape", name)
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -113,19 +125,13 @@ def _neg(ctx, node, g):
     return [ctx.b.op("Neg", g[0])]
 
 
-def _transpose_last(ctx, name):
-    rank = ctx.rank(name)
-    if rank != 2:
-        raise OrtBenchError(f"portable gradient: MatMul of rank {rank} tensors is not supported")
-    return ctx.b.op("Transpose", name, perm=[1, 0])
-
-
 def _matmul(ctx, node, g):
     a, b = node.input
-    return [
-        ctx.b.op("MatMul", g[0], _transpose_last(ctx, b)),
-        ctx.b.op("MatMul", _transpose_last(ctx, a), g[0]),
-    ]
+    ranks = {ctx.rank(a), ctx.rank(b)}
+    if ranks != {2}:
+        raise OrtBenchError(f"portable gradient: MatMul of rank {ranks} tensors is not supported")
+    # Gemm's transpose flags read the operands in place: no Transpose node
+    return [ctx.b.op("Gemm", g[0], b, transB=1), ctx.b.op("Gemm", a, g[0], transA=1)]
 
 
 def _gemm(ctx, node, g):
@@ -235,7 +241,7 @@ def _where(ctx, node, g):
 
 
 def _reshape_back(ctx, node, g):
-    return [ctx.b.op("Reshape", g[0], ctx.b.op("Shape", node.input[0]))]
+    return [ctx.b.op("Reshape", g[0], ctx.shape_of(node.input[0]))]
 
 
 def _transpose(ctx, node, g):
@@ -427,11 +433,16 @@ def vjp_graph(model: onnx.ModelProto, wrt: list[str], fill_grad: bool = False) -
         for name, grad in zip(node.input, rule(ctx, node, upstream)):
             if grad is not None and name and types.get(name) in FLOAT_TYPES:
                 grads.setdefault(name, []).append(grad)
+    made = {o for node in b.nodes for o in node.output}
     for name in wrt:
         total = _total(b, grads.get(name))
         if total is None:
             raise OrtBenchError(f"portable gradient: {name!r} does not reach any output")
-        b.op("Identity", total, name=f"{name}_grad")
+        if total in made:  # a value of the gradient nodes: give it the output's name
+            made.discard(total)
+            b.rename(total, f"{name}_grad")
+        else:  # an input, or a value already output under another name
+            b.op("Identity", total, name=f"{name}_grad")
     result = onnx.ModelProto()
     result.CopyFrom(model)
     result.graph.input.extend(b.inputs)
@@ -445,6 +456,51 @@ def vjp_graph(model: onnx.ModelProto, wrt: list[str], fill_grad: bool = False) -
     )
     result.graph.output.extend(own)
     return result
+
+
+def split_forward_backward(
+    model: onnx.ModelProto, wrt: list[str]
+) -> tuple[onnx.ModelProto, onnx.ModelProto, list[str]]:
+    """The forward and gradient graphs of :func:`vjp_graph`, split so nothing runs twice.
+
+    Returns ``(forward, backward, stash)``. ``forward`` is the model, which also outputs
+    ``stash``: the intermediate values the gradient nodes read (activations, matrix
+    product inputs...). ``backward`` holds the gradient nodes alone. Its inputs: the
+    stash, the model's inputs it reads (weights, X), and ``<y>_grad`` for each float
+    output ``y``; its outputs: ``<x>_grad`` for each name of ``wrt``.
+    """
+    full = vjp_graph(model, wrt)
+    graph, count = full.graph, len(model.graph.node)
+    forward_nodes, backward_nodes = graph.node[:count], graph.node[count:]
+    made = {o for node in backward_nodes for o in node.output}
+    needed = list(
+        dict.fromkeys(i for node in backward_nodes for i in node.input if i and i not in made)
+    )
+    forward_made = {o for node in forward_nodes for o in node.output}
+    stash = [name for name in needed if name in forward_made]
+    shapes, types = _static_shapes(model)
+
+    def info(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(
+            name, types.get(name, TensorProto.FLOAT), shapes.get(name)
+        )
+
+    forward = onnx.ModelProto()
+    forward.CopyFrom(model)
+    own = {o.name for o in forward.graph.output}
+    forward.graph.output.extend(info(name) for name in stash if name not in own)
+    inputs = {i.name: i for i in graph.input}
+    initializers = [i for i in graph.initializer if i.name in needed]
+    backward_graph = helper.make_graph(
+        list(backward_nodes),
+        "backward",
+        [inputs[n] for n in needed if n in inputs] + [info(n) for n in stash],
+        list(graph.output[: len(wrt)]),
+        initializers,
+    )
+    backward = helper.make_model(backward_graph, opset_imports=list(model.opset_import))
+    backward.ir_version = model.ir_version
+    return forward, backward, stash
 
 
 def _total(b: GraphBuilder, parts: list[str] | None) -> str | None:
