@@ -125,6 +125,12 @@ def test_device_not_available(trainer, regression, mlp_onnx, device, match):
         trainer(mlp_onnx, device=device).fit(X, y)
 
 
+def test_cuda_message_names_what_the_portable_backend_needs(trainer, regression, mlp_onnx):
+    X, y = regression
+    with raises_one_line("the portable backend runs on CUDA with onnxruntime-gpu"):
+        trainer(mlp_onnx, device="cuda", backend="portable").fit(X, y)
+
+
 def test_bad_learning_rates(regression, mlp_onnx):
     X, y = regression
     with raises_one_line("eta0 must be > 0"):

@@ -165,7 +165,7 @@ class BaseTrainer(BaseEstimator):
 
     def _check_params(self) -> None:
         self._backend = choose_backend(self.backend)
-        check_device(self.device)
+        check_device(self.device, self._backend)
         for name in ("batch_size", "max_iter", "validation_every"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:

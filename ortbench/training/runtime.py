@@ -78,14 +78,19 @@ def parse_device(device: str) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
-def check_device(device: str) -> None:
-    """Raise a one-line error when the installed runtime cannot run on ``device``."""
+def check_device(device: str, backend: str = "ort-training") -> None:
+    """Raise a one-line error when the installed runtime cannot run ``backend`` on ``device``."""
     kind, _ = parse_device(device)
     if kind == "cuda" and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        needed = (
+            "the portable backend runs on CUDA with onnxruntime-gpu (no training build)"
+            if backend == "portable"
+            else "CUDA training needs the onnxruntime-training 1.19.2 CUDA build (CUDA 12, "
+            "Python <= 3.11), or backend='portable' with onnxruntime-gpu"
+        )
         raise OrtBenchError(
             f"device {device!r} is not available: the installed onnxruntime "
-            f"{onnxruntime.__version__} offers {onnxruntime.get_available_providers()}; CUDA "
-            "training needs the onnxruntime-training 1.19.2 CUDA build (CUDA 12, Python <= 3.11)"
+            f"{onnxruntime.__version__} offers {onnxruntime.get_available_providers()}; {needed}"
         )
 
 

@@ -146,7 +146,7 @@ class OrtPortableFull(OrtContender):
     @classmethod
     def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
         try:  # any onnxruntime build runs it: no training build needed
-            check_device(device)
+            check_device(device, "portable")
         except OrtBenchError as e:
             return str(e)
         return None
