@@ -14,7 +14,7 @@ PHASES = {
     "ForwardBackwardTrainer_loss": ("loss and its gradient",),
     "ForwardBackwardTrainer_update": ("update (penalty fused)",),
     "ForwardBackwardTrainer_forward": ("forward",),
-    "ForwardBackwardTrainer_backward": ("backward (forward recomputed)",),
+    "ForwardBackwardTrainer_backward": ("backward",),
     "FullTrainer_train_step": ("forward, loss and backward",),
     "FullTrainer_optimizer": ("update",),
     "FullTrainer_fused_step": ("forward, loss, backward and update",),
