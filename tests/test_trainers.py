@@ -150,6 +150,20 @@ def test_momentum_with_invscaling_follows_scikit_learn_over_epochs(nesterov, bac
         np.testing.assert_allclose(state[name].ravel(), expected.ravel(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_warm_start_with_another_batch_size(trainer, regression, mlp_onnx):
+    X, y = regression
+    settings = dict(learning_rate=sgd(0.01), max_iter=1, shuffle=False)
+    model = trainer(mlp_onnx, batch_size=10, warm_start=True, **settings).fit(X, y)
+    middle = model.get_trained_onnx()
+    after = model.set_params(batch_size=32).fit(X, y).get_state()
+    # the same epoch from the saved weights by a new trainer built for batch size 32
+    expected = trainer(middle, batch_size=32, **settings).fit(X, y).get_state()
+    for name, value in expected.items():
+        np.testing.assert_allclose(after[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+    assert len(model.train_losses_) == 2
+
+
 def test_invscaling_schedule_matches_scikit_learn():
     rate = LearningRateSGD(eta0=0.1, learning_rate="invscaling", power_t=0.5).init_learning_rate()
     assert rate.value == 0.1

@@ -106,6 +106,14 @@ class BaseTrainer(BaseEstimator):
             self.validation_losses_ = []
             quiet_logs()
             self._build()
+            self._built_batch_size = self.batch_size
+        elif self.batch_size != self._built_batch_size:
+            # the graphs have a static batch dimension: rebuild them around the weights
+            # (an optimizer state, such as momentum's velocity, starts again from zero)
+            state = self.get_state()
+            self._build()
+            self._built_batch_size = self.batch_size
+            self.set_state(state)
         self._set_learning_rate(self.learning_rate_.value)
         if w is None:
             w = np.ones(len(X), dtype=np.float32)
