@@ -2,8 +2,8 @@
 
 :func:`run_matrix` runs the cells group by group (the contenders of one problem, data
 set, device and batch size, their timed fits interleaved) and appends each row to the
-run folder as soon as its group finishes. A cell a contender cannot run gets a row with status
-"unavailable: <reason>", a cell that raised gets "failed: <error>": no cell disappears.
+run folder as soon as its group finishes. A cell a contender cannot run gets a row with
+status "unavailable: <reason>", a cell that raised gets "failed: <error>": no cell disappears.
 """
 
 from __future__ import annotations
@@ -152,19 +152,21 @@ def run_group(group: list[Cell], config: BenchConfig) -> list[CellResult]:
     during the group then touches every contender alike, which keeps their ratios (what
     the matrix is read for) honest on a noisy machine.
     """
-    prepared = [_prepare(cell, config) for cell in group]
+    rows, contenders = zip(*(_prepare(cell, config) for cell in group))
+    contenders = list(contenders)  # a contender whose timed fit breaks becomes None
     samples: list[list[float]] = [[] for _ in group]
     for _ in range(config.repeat):
-        for k, (row, contender) in enumerate(prepared):
-            if contender is None or row["status"] != "ok":
+        for k, contender in enumerate(contenders):
+            if contender is None:
                 continue
             try:
                 samples[k].append(contender.seconds_per_step(config.epochs))
             except Exception as e:
-                row["status"] = f"failed: {_first_line(e)}"
+                rows[k]["status"] = f"failed: {_first_line(e)}"
+                contenders[k] = None
     results = []
-    for (row, contender), times in zip(prepared, samples):
-        if contender is None or row["status"] != "ok":
+    for row, contender, times in zip(rows, contenders, samples):
+        if contender is None:
             results.append(CellResult(row))
             continue
         row.update(

@@ -90,34 +90,33 @@ class BaseTrainer(BaseEstimator):
     def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
         """Train on (X, y); validation data, when given, is scored every ``validation_every``."""
         self._check_params()
-        fitted = hasattr(self, "model_")
-        if not (self.warm_start and fitted):
+        warm = self.warm_start and hasattr(self, "model_")
+        if not warm:
             self._prepare_model()
-        X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=self.warm_start and fitted)
+        X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=warm)
         val = None
         if X_val is not None:
             val = self._check_data(X_val, y_val, sample_weight_val, fitted_classes=True)
-        if not (self.warm_start and fitted):
-            self._threads = self._choose_threads()
+        if not warm:
             self.learning_rate_ = clone(self.learning_rate or LearningRateSGD())
             self.learning_rate_.init_learning_rate()
             self.t_ = 0
             self.train_losses_ = []
             self.validation_losses_ = []
+        if not warm or self.batch_size != self._built_batch_size:
+            # the graphs have a static batch dimension: a warm start with another batch
+            # size rebuilds them around the weights (an optimizer state restarts at zero)
+            state = self.get_state() if warm else None
+            self._threads = self._choose_threads()
             quiet_logs()
             self._build()
             self._built_batch_size = self.batch_size
-        elif self.batch_size != self._built_batch_size:
-            # the graphs have a static batch dimension: rebuild them around the weights
-            # (an optimizer state, such as momentum's velocity, starts again from zero)
-            state = self.get_state()
-            self._build()
-            self._built_batch_size = self.batch_size
-            self.set_state(state)
+            if state is not None:
+                self.set_state(state)
         self._set_learning_rate(self.learning_rate_.value)
         if w is None:
             w = np.ones(len(X), dtype=np.float32)
-        loader = self._loader_for([X, Y, w], reuse=self.warm_start and fitted)
+        loader = self._loader_for([X, Y, w], reuse=warm)
         self._predictor = None
         start = time.perf_counter()
         for epoch in range(1, self.max_iter + 1):

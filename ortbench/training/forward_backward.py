@@ -199,7 +199,6 @@ class ForwardBackwardTrainer(BaseTrainer):
     def _set_learning_rate(self, value: float) -> None:
         factor = self.learning_rate_.step_factor(value)
         self._step_scale[()] = factor  # bound once: the update reads this memory
-        self._step_factor = factor
         loader = getattr(self, "_loader", None)
         if loader is not None:
             loader.set_gradient_factor(factor)
@@ -213,13 +212,15 @@ class ForwardBackwardTrainer(BaseTrainer):
         prediction buffer (every batch has batch_size rows) and the backward pass fills the
         gradient buffers the update graph was bound to at build time.
         """
-        loader.set_gradient_factor(self._step_factor)
+        loader.set_gradient_factor(float(self._step_scale))
         batches = loader.batches
         shape = tuple(batches[0].values[1].shape())  # every batch has batch_size rows
         self._host_arrays = []
         prediction = self._new_value(np.zeros(shape, np.float32))
         loss_grad = self._new_value(np.zeros(shape, np.float32))
         forward_out, backward_in = _vector([prediction]), _vector([loss_grad])
+        if self._agent is None:
+            stash = self._stash_values(batches[0], prediction)
         self._steps = []
         for batch in batches:
             loss = CachedBinding(self._loss_session)
@@ -230,7 +231,6 @@ class ForwardBackwardTrainer(BaseTrainer):
             loss.bind_output("loss", cpu_scalar(self._loss_out))
             loss.bind_output("loss_grad", loss_grad)
             if self._agent is None:
-                stash = self._stash_values(batches[0], prediction)
                 passes = [self._bind_passes(batch, p, stash, loss_grad) for p in (0, 1)]
                 self._steps.append((passes, loss.run, batch.length))
                 continue
