@@ -26,7 +26,7 @@ from ortbench.training import (
     rewrite_linear_nodes,
     trainable_initializers,
 )
-from ortbench.training.graph_tools import load_model
+from ortbench.training.graph_tools import drop_noop_reshapes, load_model
 from ortbench.training.weights import WeightBuffers
 
 
@@ -51,6 +51,60 @@ def test_trainable_initializers_skip_constants(regression):
     renamed = onnx_rename_weights(onx)
     assert [i.name for i in renamed.graph.initializer][:2] == ["I0_coefficient", "I1_intercepts"]
     np.testing.assert_array_equal(run(renamed, {"X": X})[1], run(onx, {"X": X})[1])
+
+
+def _static_rows(model: onnx.ModelProto, rows: int) -> onnx.ModelProto:
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.shape.dim[0].dim_value = rows
+    return model
+
+
+def test_drop_noop_reshapes_keeps_outputs(mlp_onnx, regression):
+    """skl2onnx ends an MLP with Reshape(y, [-1, 1]) on a (n, 1) tensor: once n is static the
+    node goes, the output keeps its name and its values."""
+    X, _ = regression
+    X = X[:7]
+    static = _static_rows(load_model(mlp_onnx), len(X))
+    assert "Reshape" in [n.op_type for n in static.graph.node]
+    dropped = drop_noop_reshapes(static)
+    assert "Reshape" not in [n.op_type for n in dropped.graph.node]
+    assert [o.name for o in dropped.graph.output] == [o.name for o in static.graph.output]
+    onnx.checker.check_model(dropped, full_check=True)
+    np.testing.assert_array_equal(run(dropped, {"X": X})[0], run(static, {"X": X})[0])
+    # with a dynamic batch the shape is unknown: nothing is dropped
+    assert "Reshape" in [n.op_type for n in drop_noop_reshapes(mlp_onnx).graph.node]
+
+
+def test_drop_noop_reshapes_keeps_real_reshapes():
+    """A Reshape that changes the shape stays; a no-op one feeding another node goes and
+    that node reads its input; a no-op Reshape from a graph input to a graph output stays."""
+    f = onnx.TensorProto.FLOAT
+    shapes = {"same": [2, 3], "flat": [6], "zero": [0, -1]}
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["x", "same"], ["y"]),
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Reshape", ["r", "zero"], ["r2"]),
+            helper.make_node("Neg", ["r2"], ["n"]),
+            helper.make_node("Reshape", ["n", "flat"], ["z"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", f, [2, 3])],
+        [helper.make_tensor_value_info("y", f, [2, 3]), helper.make_tensor_value_info("z", f, [6])],
+        [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in shapes.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    dropped = drop_noop_reshapes(model)
+    assert [(n.op_type, list(n.input)) for n in dropped.graph.node] == [
+        ("Reshape", ["x", "same"]),
+        ("Relu", ["x"]),
+        ("Neg", ["r"]),
+        ("Reshape", ["n", "flat"]),
+    ]
+    assert "zero" not in initializers(dropped)
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    for a, b in zip(run(dropped, {"x": x}), run(model, {"x": x})):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize(

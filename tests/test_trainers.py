@@ -264,6 +264,11 @@ def test_validation_losses_and_sample_weights(trainer, regression, mlp_onnx):
     b = half.fit(X[:60], y[:60]).get_state()
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6)
+    # a batch whose weights are all zero changes nothing (no 0 / 0 in the loss)
+    zero_batch = clone(half).fit(X, y, sample_weight=weights)
+    assert np.isfinite(zero_batch.train_losses_).all()
+    for name, value in zero_batch.get_state().items():
+        np.testing.assert_allclose(value, b[name], rtol=1e-5, atol=1e-6)
 
 
 def test_penalty_shrinks_coefficients(regression, mlp_onnx):

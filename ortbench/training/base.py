@@ -23,6 +23,7 @@ from .derivative import choose_backend
 from .errors import OrtBenchError
 from .graph_tools import (
     check_weight_names,
+    drop_noop_reshapes,
     get_initializers,
     rewrite_linear_nodes,
     select_outputs,
@@ -212,13 +213,14 @@ class BaseTrainer(BaseEstimator):
         self.is_classifier_ = self._learning_loss().is_classification
 
     def _static_batch(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """A copy whose inputs and outputs have ``batch_size`` rows (see data.BatchLoader)."""
+        """A copy whose inputs and outputs have ``batch_size`` rows (see data.BatchLoader),
+        without the Reshape nodes that static shapes make no-ops."""
         model = set_initializers(model, {})
         for value in [*model.graph.input, *model.graph.output]:
             dims = value.type.tensor_type.shape.dim
             if value.name not in self.weights_ and len(dims) >= 1 and not dims[0].dim_value:
                 dims[0].dim_value = self.batch_size
-        return model
+        return drop_noop_reshapes(model)
 
     def _n_columns(self) -> int | None:
         for value in list(self._train_model.graph.output):

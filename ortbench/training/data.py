@@ -10,11 +10,12 @@ sample weight 0, which the weighted losses ignore. The trainers' graphs then hav
 static batch dimension, which lets onnxruntime fold the shape computations of the
 gradient graph (a third of a small step's time).
 
-Each batch also carries two (batch_size, 1) columns the forward/backward trainer's loss
-graph reads: the loss scale, each row's sample weight over the batch's total, and the
-gradient scale, the loss scale times a factor the trainer sets (the optimizer's step
-factor, -lr for plain SGD). They are data, not model: computing them here once per epoch
-(and when the factor changes) saves the loss graph three nodes per step.
+Each batch also carries two (batch_size, 1) columns: the loss scale, each row's sample
+weight over the batch's total (0 for a batch without weight), which both trainers' loss
+graphs read, and the gradient scale, the loss scale times a factor the forward/backward
+trainer sets (the optimizer's step factor, -lr for plain SGD). They are data, not model:
+computing them here once per epoch (and when the factor changes) saves every step the
+nodes of a weighted mean.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import BaseTrainer
-from .data import BatchLoader
+from .data import Batch, BatchLoader
 from .errors import OrtBenchError
 from .fused import FusedSteps
 from .graph_tools import select_outputs
@@ -97,10 +97,11 @@ class FullTrainer(BaseTrainer):
                 self._train_model,
                 score_name=self.loss,
                 loss_name=self.loss_output_name,
-                weight_name="weight",
+                scale_name="loss_scale",
                 penalty=self.penalty,
             )
         with_loss = self._static_batch(select_outputs(with_loss, [self.loss_output_name]))
+        self._n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
         if self._backend == "portable":
             self._steps = FusedSteps(
                 with_loss,
@@ -120,7 +121,15 @@ class FullTrainer(BaseTrainer):
         self._steps.set_learning_rate(value)
 
     def _start_fit(self, loader: BatchLoader) -> None:
-        self._steps.start_fit(loader)
+        self._steps.start_fit([(self._batch_feeds(b), b.length) for b in loader.batches])
+
+    def _batch_feeds(self, batch: Batch) -> tuple:
+        """What the graph reads of a batch, in its input order: X, the labels, then the
+        loss scale column (the loss this trainer appends) or the sample weights (a loss
+        the model already outputs)."""
+        if self._loss_in_model:
+            return batch.values[: self._n_feeds]
+        return (*batch.values[:2], batch.loss_scale)
 
     def _run_epoch(self, batches) -> float:
         return self._steps.run_epoch(batches)

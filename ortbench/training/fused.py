@@ -14,7 +14,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .data import BatchLoader
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import get_initializers, weights_as_inputs
@@ -104,13 +103,14 @@ class FusedSteps:
         # bound once: every step reads this memory
         self._step_scale[()] = self._rate.step_factor(value)
 
-    def start_fit(self, loader: BatchLoader) -> None:
+    def start_fit(self, batches: list[tuple[tuple, int]]) -> None:
+        """Bind each batch's feeds (in the graph's input order) for both parities."""
         buffers, self._steps = self._buffers, []
-        for batch in loader.batches:
+        for feeds, length in batches:
             pair = []
             for src, dst in ((0, 1), (1, 0)):
                 binding = CachedBinding(self._session)
-                for name, value in zip(self._data_inputs, batch.values):
+                for name, value in zip(self._data_inputs, feeds):
                     binding.bind_input(name, value)
                 binding.bind_input("step_scale", cpu_scalar(self._step_scale))
                 for name, value in zip(self.weights, buffers.weights[src]):
@@ -124,7 +124,7 @@ class FusedSteps:
                         binding.bind_output(f"{group}_state_new", buffers.states[dst][i])
                 binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
                 pair.append(binding)
-            self._steps.append((pair, batch.length))
+            self._steps.append((pair, length))
 
     def run_epoch(self, batches) -> float:
         parity, total, count, out = self._parity, 0.0, 0, self._loss_out

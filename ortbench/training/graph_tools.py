@@ -348,3 +348,91 @@ def _n_features(graph, node) -> int:
     if len(dims) != 2 or dims[1].dim_value <= 0:
         raise OrtBenchError(f"{node.op_type} {node.name!r}: its input needs a known feature count")
     return dims[1].dim_value
+
+
+def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy without the Reshape nodes that leave their input's static shape unchanged.
+
+    Converters often end a model with ``Reshape(y, [-1, 1])`` on a (n, 1) tensor. Once the
+    batch dimension is static that node, and its mirror in the gradient graph, only cost
+    time (about 1 us each per step). Its output name is kept: when it is a graph output,
+    the tensor it copied takes that name.
+    """
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    graph = model.graph
+    if any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for n in graph.node
+        for a in n.attribute
+    ):
+        return model  # a subgraph may read the tensor by its name: leave the model alone
+    shapes = _static_shapes(model)
+    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    sources = {i.name for i in graph.input} | set(constants)
+    outputs = {o.name for o in graph.output}
+    for node in list(graph.node):
+        if (
+            node.op_type != "Reshape"
+            or node.input[1:] == []
+            or node.input[1] not in constants
+            or any(a.name == "allowzero" and a.i for a in node.attribute)
+        ):
+            continue
+        source, target = node.input[0], node.output[0]
+        shape = shapes.get(source)
+        if shape is None or not _same_shape(shape, constants[node.input[1]]):
+            continue
+        if target in outputs:
+            if source in sources or source in outputs:
+                continue  # the copy is what gives a graph input or output a second name
+            old, new = source, target
+        else:
+            old, new = target, source
+        graph.node.remove(node)
+        _rename(graph, old, new)
+    used = {name for n in graph.node for name in n.input}
+    kept = [i for i in graph.initializer if i.name in used or i.name in outputs]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    return model
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """Fully static tensor shapes by name, from onnx's shape inference."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    graph = inferred.graph
+    shapes = {}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        tensor = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else 0 for d in tensor.shape.dim]
+            if all(d > 0 for d in dims):
+                shapes[value.name] = tuple(dims)
+    for init in graph.initializer:
+        shapes[init.name] = tuple(init.dims)
+    return shapes
+
+
+def _same_shape(shape: tuple[int, ...], target: np.ndarray) -> bool:
+    """Whether Reshape (allowzero=0) to ``target`` keeps ``shape``."""
+    target = [int(d) for d in np.ravel(target)]
+    if len(target) != len(shape) or target.count(-1) > 1:
+        return False
+    resolved = [shape[k] if d == 0 else d for k, d in enumerate(target)]
+    if -1 in resolved:
+        known = int(np.prod([d for d in resolved if d != -1]))
+        if known == 0:
+            return False
+        resolved[resolved.index(-1)] = int(np.prod(shape)) // known
+    return tuple(resolved) == tuple(shape)
+
+
+def _rename(graph: onnx.GraphProto, old: str, new: str) -> None:
+    """Rename tensor ``old`` to ``new`` wherever nodes and value infos name it."""
+    for node in graph.node:
+        node.input[:] = [new if n == old else n for n in node.input]
+        node.output[:] = [new if n == old else n for n in node.output]
+    kept = [v for v in graph.value_info if v.name != old]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)

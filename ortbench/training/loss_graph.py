@@ -8,7 +8,7 @@ from onnx import helper
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import load_model, training_output
-from .losses import loss_from_name, reduced_loss_nodes
+from .losses import batch_scale_nodes, loss_from_name, reduced_loss_nodes
 from .penalties import ElasticLearningPenalty
 
 
@@ -18,6 +18,7 @@ def add_loss_output(
     loss_name: str = "loss",
     label_name: str = "label",
     weight_name: str | None = None,
+    scale_name: str | None = None,
     penalty: dict | None = None,
     output_name: str | None = None,
     l1_weight: float = 0.5,
@@ -28,7 +29,10 @@ def add_loss_output(
     The loss compares ``output_name`` (default: the model's first float output, looking
     through ZipMap) with a new input ``label_name`` of the same shape (one-hot float labels
     for ``score_name='log'``). ``weight_name`` adds a sample-weight input (n,) and makes the
-    loss a weighted mean. ``penalty={'coef': {'l1': a, 'l2': b}}`` adds
+    loss a weighted mean. ``scale_name`` instead adds an (n, 1) input holding each row's
+    share of the batch loss (w / sum(w)), computed by the caller once per batch: the
+    graph then has no nodes for the mean (the trainers' loader stages this column).
+    ``penalty={'coef': {'l1': a, 'l2': b}}`` adds
     a * sum|coef| + b * sum(coef^2) for each named initializer.
     """
     model = load_model(onx)
@@ -43,8 +47,14 @@ def add_loss_output(
     b = GraphBuilder(graph.name, prefix=f"{loss_name}_")
     shape = _declared_shape(model, predicted)
     label = b.input(label_name, shape)
-    weight = b.input(weight_name, shape[:1]) if weight_name else None
-    terms = [reduced_loss_nodes(loss, b, label, predicted, weight)]
+    if weight_name and scale_name:
+        raise OrtBenchError("give weight_name or scale_name, not both")
+    if scale_name:
+        scale = b.input(scale_name, [shape[0], 1])
+    else:
+        weight = b.input(weight_name, shape[:1]) if weight_name else None
+        scale = batch_scale_nodes(b, predicted, weight)
+    terms = [reduced_loss_nodes(loss, b, label, predicted, scale)]
     for name, coefs in (penalty or {}).items():
         term = ElasticLearningPenalty(l1=coefs.get("l1", 0.0), l2=coefs.get("l2", 0.0))
         terms.append(term.penalty_nodes(b, name))

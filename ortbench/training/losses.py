@@ -60,8 +60,9 @@ class BaseLearningLoss(BaseEstimator):
         return b.to_model()
 
 
-def _batch_scale(b: GraphBuilder, predicted: str, weight: str | None) -> str:
-    """1 / n as a scalar, or w / sum(w) as an (n, 1) column."""
+def batch_scale_nodes(b: GraphBuilder, predicted: str, weight: str | None) -> str:
+    """Add the nodes of each row's share of the batch loss: 1 / n as a scalar, or
+    w / sum(w) as an (n, 1) column."""
     if weight is None:
         n = b.op("Cast", b.op("Shape", predicted, start=0, end=1), to=onnx.TensorProto.FLOAT)
         return b.op("Reciprocal", n)
@@ -70,11 +71,12 @@ def _batch_scale(b: GraphBuilder, predicted: str, weight: str | None) -> str:
 
 
 def reduced_loss_nodes(
-    loss: BaseLearningLoss, b: GraphBuilder, expected: str, predicted: str, weight: str | None
+    loss: BaseLearningLoss, b: GraphBuilder, expected: str, predicted: str, scale: str
 ) -> str:
-    """Add the nodes of the batch loss (a scalar) and return its name."""
+    """Add the nodes of the batch loss (a scalar): the element-wise loss weighted by
+    ``scale`` (see :func:`batch_scale_nodes`) and summed. Return its name."""
     element = loss.element_loss_nodes(b, expected, predicted)
-    return b.op("ReduceSum", b.op("Mul", element, _batch_scale(b, predicted, weight)), keepdims=0)
+    return b.op("ReduceSum", b.op("Mul", element, scale), keepdims=0)
 
 
 class SquareLearningLoss(BaseLearningLoss):

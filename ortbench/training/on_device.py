@@ -16,7 +16,6 @@ import numpy as np
 import onnx
 from onnxruntime.capi import _pybind_state as C
 
-from .data import BatchLoader
 from .errors import OrtBenchError
 from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from .runtime import cpu_scalar, first_line, native_stderr_silenced, ort_device, training_module
@@ -42,8 +41,6 @@ class OnDeviceSteps:
         artifacts = training_module("artifacts")
         onnxblock = training_module("onnxblock")
         self.weights = weights
-        self._feed_count = len(with_loss.graph.input)
-        frozen = [i.name for i in with_loss.graph.initializer if i.name not in weights]
         if isinstance(rate, LearningRateAdamW):
             optimizer = onnxblock.optim.AdamW(
                 betas=(rate.beta1, rate.beta2), eps=rate.epsilon, weight_decay=rate.weight_decay
@@ -58,7 +55,7 @@ class OnDeviceSteps:
                     artifacts.generate_artifacts(
                         with_loss,
                         requires_grad=weights,
-                        frozen_params=frozen,
+                        frozen_params=None,  # constants stay in the graph, folded
                         loss=None,
                         optimizer=optimizer,
                         artifact_directory=folder,
@@ -91,9 +88,9 @@ class OnDeviceSteps:
     def set_learning_rate(self, value: float) -> None:
         self._optimizer.set_learning_rate(value)
 
-    def start_fit(self, loader: BatchLoader) -> None:
-        # X, labels, then sample weights when the graph takes them
-        self._inputs = [vector(b.values[: self._feed_count]) for b in loader.batches]
+    def start_fit(self, batches: list[tuple[tuple, int]]) -> None:
+        """Wrap each batch's feeds (in the graph's input order) and its real row count."""
+        self._steps = [(vector(feeds), length) for feeds, length in batches]
 
     def run_epoch(self, batches) -> float:
         module, optimizer, fetch, out = (
@@ -102,13 +99,14 @@ class OnDeviceSteps:
             self._loss_fetch,
             self._loss_out,
         )
-        total = 0.0
-        for feeds, batch in zip(self._inputs, batches):
+        total, count = 0.0, 0
+        for feeds, length in self._steps:
             module.lazy_reset_grad()
             module.train_step_with_ort_values(feeds, fetch)
             optimizer.optimizer_step()
-            total += float(out) * batch.length
-        return total / sum(b.length for b in batches)
+            total += float(out) * length
+            count += length
+        return total / count
 
     def get_state(self) -> dict[str, np.ndarray]:
         return {n: self._state.get_parameter(n).data.numpy().copy() for n in self.weights}
