@@ -54,7 +54,8 @@ def add_loss_output(
     else:
         weight = b.input(weight_name, shape[:1]) if weight_name else None
         scale = batch_scale_nodes(b, predicted, weight)
-    terms = [reduced_loss_nodes(loss, b, label, predicted, scale)]
+    column = bool(scale_name or weight_name)
+    terms = [reduced_loss_nodes(loss, b, label, predicted, scale, column)]
     for name, coefs in (penalty or {}).items():
         term = ElasticLearningPenalty(l1=coefs.get("l1", 0.0), l2=coefs.get("l2", 0.0))
         terms.append(term.penalty_nodes(b, name))

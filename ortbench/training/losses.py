@@ -32,9 +32,15 @@ class BaseLearningLoss(BaseEstimator):
         """Add nodes for the element-wise loss term and its derivative wrt ``predicted``."""
         raise NotImplementedError
 
-    def element_loss_nodes(self, b: GraphBuilder, expected: str, predicted: str) -> str:
-        """Add nodes for the element-wise loss term only (what full training differentiates)."""
-        return self.element_nodes(b, expected, predicted)[0]
+    def element_loss_nodes(
+        self, b: GraphBuilder, expected: str, predicted: str
+    ) -> tuple[str, float]:
+        """Add nodes for the element-wise loss term only (what full training differentiates).
+
+        Return the term up to a constant factor, and that factor: the batch reduction
+        applies it (a Gemm's alpha), one node fewer to run and to differentiate.
+        """
+        return self.element_nodes(b, expected, predicted)[0], 1.0
 
     def build_onnx_function(self) -> onnx.ModelProto:
         """The loss-and-gradient graph of the forward/backward trainer.
@@ -71,12 +77,27 @@ def batch_scale_nodes(b: GraphBuilder, predicted: str, weight: str | None) -> st
 
 
 def reduced_loss_nodes(
-    loss: BaseLearningLoss, b: GraphBuilder, expected: str, predicted: str, scale: str
+    loss: BaseLearningLoss,
+    b: GraphBuilder,
+    expected: str,
+    predicted: str,
+    scale: str,
+    column: bool = True,
 ) -> str:
-    """Add the nodes of the batch loss (a scalar): the element-wise loss weighted by
-    ``scale`` (see :func:`batch_scale_nodes`) and summed. Return its name."""
-    element = loss.element_loss_nodes(b, expected, predicted)
-    return b.op("ReduceSum", b.op("Mul", element, scale), keepdims=0)
+    """Add the nodes of the batch loss (a scalar) and return its name: the element-wise
+    loss weighted by ``scale`` and summed.
+
+    ``scale`` is an (n, 1) column of row shares, or a scalar when ``column`` is False
+    (see :func:`batch_scale_nodes`). With a column, one Gemm weights and sums the rows
+    (sum_i s_i l_ic for each output c), cheaper to run and to differentiate than a
+    Mul and a ReduceSum over the whole batch.
+    """
+    element, factor = loss.element_loss_nodes(b, expected, predicted)
+    if column:
+        total = b.op("Gemm", element, scale, transA=1, alpha=factor)
+    else:
+        total = b.op("Mul", element, scale if factor == 1 else b.op("Mul", scale, b.const(factor)))
+    return b.op("ReduceSum", total, keepdims=0)
 
 
 class SquareLearningLoss(BaseLearningLoss):
@@ -85,6 +106,10 @@ class SquareLearningLoss(BaseLearningLoss):
     def element_nodes(self, b, expected, predicted):
         diff = b.op("Sub", predicted, expected)
         return b.op("Mul", b.op("Mul", diff, diff), b.const(0.5)), diff
+
+    def element_loss_nodes(self, b, expected, predicted):
+        diff = b.op("Sub", predicted, expected)
+        return b.op("Mul", diff, diff), 0.5
 
 
 class AbsoluteLearningLoss(BaseLearningLoss):
@@ -125,7 +150,7 @@ class NegLogLearningLoss(BaseLearningLoss):
         # onnxruntime-training has no gradient for Clip's bounds path: clip by Max/Min
         # would also work, but adding EPS keeps the graph differentiable everywhere.
         shifted = b.op("Add", predicted, b.const(EPS))
-        return b.op("Neg", b.op("Mul", expected, b.op("Log", shifted)))
+        return b.op("Mul", expected, b.op("Log", shifted)), -1.0
 
 
 LOSSES = {
