@@ -28,19 +28,23 @@ class BaseLearningLoss(BaseEstimator):
     #: True for losses over class probabilities: the trainer one-hot encodes labels.
     is_classification = False
 
-    def element_nodes(self, b: GraphBuilder, expected: str, predicted: str) -> tuple[str, str]:
-        """Add nodes for the element-wise loss term and its derivative wrt ``predicted``."""
+    def element_nodes(
+        self, b: GraphBuilder, expected: str, predicted: str
+    ) -> tuple[str, float, str]:
+        """Add nodes for the element-wise loss term and its derivative wrt ``predicted``.
+
+        Return the term up to a constant factor, that factor, and the derivative of the
+        whole term: the batch reduction applies the factor (a Gemm's alpha), one node
+        fewer to run and, in full training, to differentiate.
+        """
         raise NotImplementedError
 
     def element_loss_nodes(
         self, b: GraphBuilder, expected: str, predicted: str
     ) -> tuple[str, float]:
-        """Add nodes for the element-wise loss term only (what full training differentiates).
-
-        Return the term up to a constant factor, and that factor: the batch reduction
-        applies it (a Gemm's alpha), one node fewer to run and to differentiate.
-        """
-        return self.element_nodes(b, expected, predicted)[0], 1.0
+        """Add nodes for the element-wise loss term only (what full training differentiates),
+        as :meth:`element_nodes` returns it: the term up to a factor, and the factor."""
+        return self.element_nodes(b, expected, predicted)[:2]
 
     def build_onnx_function(self) -> onnx.ModelProto:
         """The loss-and-gradient graph of the forward/backward trainer.
@@ -58,8 +62,9 @@ class BaseLearningLoss(BaseEstimator):
         predicted = b.input("predicted", ["N", "C"])
         loss_scale = b.input("loss_scale", ["N", 1])
         grad_scale = b.input("grad_scale", ["N", 1])
-        element, derivative = self.element_nodes(b, expected, predicted)
-        b.op("ReduceSum", b.op("Mul", element, loss_scale), keepdims=0, name="loss")
+        element, factor, derivative = self.element_nodes(b, expected, predicted)
+        weighted = b.op("Gemm", element, loss_scale, transA=1, alpha=factor)
+        b.op("ReduceSum", weighted, keepdims=0, name="loss")
         b.op("Mul", derivative, grad_scale, name="loss_grad")
         b.output("loss", [])
         b.output("loss_grad", ["N", "C"])
@@ -105,11 +110,7 @@ class SquareLearningLoss(BaseLearningLoss):
 
     def element_nodes(self, b, expected, predicted):
         diff = b.op("Sub", predicted, expected)
-        return b.op("Mul", b.op("Mul", diff, diff), b.const(0.5)), diff
-
-    def element_loss_nodes(self, b, expected, predicted):
-        diff = b.op("Sub", predicted, expected)
-        return b.op("Mul", diff, diff), 0.5
+        return b.op("Mul", diff, diff), 0.5, diff
 
 
 class AbsoluteLearningLoss(BaseLearningLoss):
@@ -117,7 +118,7 @@ class AbsoluteLearningLoss(BaseLearningLoss):
 
     def element_nodes(self, b, expected, predicted):
         diff = b.op("Sub", predicted, expected)
-        return b.op("Abs", diff), b.op("Sign", diff)
+        return b.op("Abs", diff), 1.0, b.op("Sign", diff)
 
 
 class ElasticLearningLoss(BaseLearningLoss):
@@ -133,7 +134,7 @@ class ElasticLearningLoss(BaseLearningLoss):
         l2 = b.op("Mul", b.op("Mul", diff, diff), b.const(self.l2_weight))
         g1 = b.op("Mul", b.op("Sign", diff), b.const(self.l1_weight))
         g2 = b.op("Mul", diff, b.const(2 * self.l2_weight))
-        return b.op("Add", l1, l2), b.op("Add", g1, g2)
+        return b.op("Add", l1, l2), 1.0, b.op("Add", g1, g2)
 
 
 class NegLogLearningLoss(BaseLearningLoss):
@@ -143,8 +144,8 @@ class NegLogLearningLoss(BaseLearningLoss):
 
     def element_nodes(self, b, expected, predicted):
         clipped = b.op("Clip", predicted, b.const(EPS), b.const(1 - EPS))
-        loss = b.op("Neg", b.op("Mul", expected, b.op("Log", clipped)))
-        return loss, b.op("Neg", b.op("Div", expected, clipped))
+        loss = b.op("Mul", expected, b.op("Log", clipped))
+        return loss, -1.0, b.op("Neg", b.op("Div", expected, clipped))
 
     def element_loss_nodes(self, b, expected, predicted):
         # onnxruntime-training has no gradient for Clip's bounds path: clip by Max/Min
