@@ -374,7 +374,7 @@ def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
     for node in list(graph.node):
         if (
             node.op_type != "Reshape"
-            or node.input[1:] == []
+            or len(node.input) < 2
             or node.input[1] not in constants
             or any(a.name == "allowzero" and a.i for a in node.attribute)
         ):
@@ -429,7 +429,8 @@ def _same_shape(shape: tuple[int, ...], target: np.ndarray) -> bool:
 
 
 def _rename(graph: onnx.GraphProto, old: str, new: str) -> None:
-    """Rename tensor ``old`` to ``new`` wherever nodes and value infos name it."""
+    """Rename tensor ``old`` to ``new`` in every node; drop its value info (shape
+    inference rebuilds it)."""
     for node in graph.node:
         node.input[:] = [new if n == old else n for n in node.input]
         node.output[:] = [new if n == old else n for n in node.output]
