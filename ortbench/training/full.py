@@ -132,7 +132,7 @@ class FullTrainer(BaseTrainer):
         return (*batch.values[:2], batch.loss_scale)
 
     def _run_epoch(self, batches) -> float:
-        return self._steps.run_epoch(batches)
+        return self._steps.run_epoch()
 
     def get_state(self) -> dict[str, np.ndarray]:
         self._check_built()

@@ -126,7 +126,7 @@ class FusedSteps:
                 pair.append(binding)
             self._steps.append((pair, length))
 
-    def run_epoch(self, batches) -> float:
+    def run_epoch(self) -> float:
         parity, total, count, out = self._parity, 0.0, 0, self._loss_out
         for pair, length in self._steps:
             pair[parity].run()

@@ -367,7 +367,10 @@ def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
         for a in n.attribute
     ):
         return model  # a subgraph may read the tensor by its name: leave the model alone
-    shapes = _static_shapes(model)
+    try:
+        shapes = _static_shapes(model)
+    except onnx.shape_inference.InferenceError:
+        return model  # an optimisation only: a model onnx cannot infer trains as it is
     constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     sources = {i.name for i in graph.input} | set(constants)
     outputs = {o.name for o in graph.output}

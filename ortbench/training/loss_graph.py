@@ -8,7 +8,7 @@ from onnx import helper
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import load_model, training_output
-from .losses import batch_scale_nodes, loss_from_name, reduced_loss_nodes
+from .losses import loss_from_name, reduced_loss_nodes, weight_shares_nodes
 from .penalties import ElasticLearningPenalty
 
 
@@ -49,13 +49,12 @@ def add_loss_output(
     label = b.input(label_name, shape)
     if weight_name and scale_name:
         raise OrtBenchError("give weight_name or scale_name, not both")
+    shares = None
     if scale_name:
-        scale = b.input(scale_name, [shape[0], 1])
-    else:
-        weight = b.input(weight_name, shape[:1]) if weight_name else None
-        scale = batch_scale_nodes(b, predicted, weight)
-    column = bool(scale_name or weight_name)
-    terms = [reduced_loss_nodes(loss, b, label, predicted, scale, column)]
+        shares = b.input(scale_name, [shape[0], 1])
+    elif weight_name:
+        shares = weight_shares_nodes(b, b.input(weight_name, shape[:1]))
+    terms = [reduced_loss_nodes(loss, b, label, predicted, shares)]
     for name, coefs in (penalty or {}).items():
         term = ElasticLearningPenalty(l1=coefs.get("l1", 0.0), l2=coefs.get("l2", 0.0))
         terms.append(term.penalty_nodes(b, name))

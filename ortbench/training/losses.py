@@ -71,12 +71,8 @@ class BaseLearningLoss(BaseEstimator):
         return b.to_model()
 
 
-def batch_scale_nodes(b: GraphBuilder, predicted: str, weight: str | None) -> str:
-    """Add the nodes of each row's share of the batch loss: 1 / n as a scalar, or
-    w / sum(w) as an (n, 1) column."""
-    if weight is None:
-        n = b.op("Cast", b.op("Shape", predicted, start=0, end=1), to=onnx.TensorProto.FLOAT)
-        return b.op("Reciprocal", n)
+def weight_shares_nodes(b: GraphBuilder, weight: str) -> str:
+    """Add the nodes of each row's share of the batch loss, w / sum(w), as an (n, 1) column."""
     column = b.op("Unsqueeze", weight, b.const([1], np.int64))
     return b.op("Div", column, b.op("ReduceSum", weight, keepdims=1))
 
@@ -86,22 +82,21 @@ def reduced_loss_nodes(
     b: GraphBuilder,
     expected: str,
     predicted: str,
-    scale: str,
-    column: bool = True,
+    shares: str | None,
 ) -> str:
-    """Add the nodes of the batch loss (a scalar) and return its name: the element-wise
-    loss weighted by ``scale`` and summed.
+    """Add the nodes of the batch loss (a scalar) and return its name.
 
-    ``scale`` is an (n, 1) column of row shares, or a scalar when ``column`` is False
-    (see :func:`batch_scale_nodes`). With a column, one Gemm weights and sums the rows
-    (sum_i s_i l_ic for each output c), cheaper to run and to differentiate than a
-    Mul and a ReduceSum over the whole batch.
+    ``shares`` is an (n, 1) column of each row's share of the loss (w / sum(w)); one Gemm
+    then weights and sums the rows (sum_i s_i l_ic for each output c), cheaper to run and
+    to differentiate than a Mul and a ReduceSum over the whole batch. None averages over
+    the rows.
     """
     element, factor = loss.element_loss_nodes(b, expected, predicted)
-    if column:
-        total = b.op("Gemm", element, scale, transA=1, alpha=factor)
+    if shares is None:
+        n = b.op("Cast", b.op("Shape", predicted, start=0, end=1), to=onnx.TensorProto.FLOAT)
+        total = b.op("Mul", element, b.op("Div", b.const(factor), n))
     else:
-        total = b.op("Mul", element, scale if factor == 1 else b.op("Mul", scale, b.const(factor)))
+        total = b.op("Gemm", element, shares, transA=1, alpha=factor)
     return b.op("ReduceSum", total, keepdims=0)
 
 

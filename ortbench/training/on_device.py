@@ -92,7 +92,7 @@ class OnDeviceSteps:
         """Wrap each batch's feeds (in the graph's input order) and its real row count."""
         self._steps = [(vector(feeds), length) for feeds, length in batches]
 
-    def run_epoch(self, batches) -> float:
+    def run_epoch(self) -> float:
         module, optimizer, fetch, out = (
             self._module,
             self._optimizer,
