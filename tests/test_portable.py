@@ -13,6 +13,7 @@ from skl2onnx import to_onnx
 from sklearn.neural_network import MLPClassifier
 
 from ortbench.training import (
+    ElasticLearningPenalty,
     ForwardBackwardTrainer,
     FullTrainer,
     LearningRateSGD,
@@ -303,3 +304,28 @@ def test_portable_forward_backward_trainer_follows_scikit_learn(
         np.testing.assert_allclose(
             got.ravel(), expected.ravel(), rtol=1e-5, atol=1e-5 * np.abs(expected).max()
         )
+
+
+@pytest.mark.parametrize(
+    ("trainer", "settings"),
+    [
+        (ForwardBackwardTrainer, dict(learning_rate=LearningRateSGDNesterov(0.01))),
+        (ForwardBackwardTrainer, dict(learning_penalty=ElasticLearningPenalty(0.01, 0.01))),
+        (FullTrainer, dict(learning_rate=LearningRateSGDNesterov(0.01))),
+    ],
+    ids=["fwbw-stacked-momentum", "fwbw-penalty", "fused-momentum"],
+)
+def test_flat_buffers_start_on_cache_lines_and_their_padding_stays_zero(
+    trainer, settings, regression, mlp_onnx
+):
+    X, y = regression
+    model = trainer(mlp_onnx, backend="portable", batch_size=16, max_iter=2, **settings)
+    state = model.fit(X, y).get_state()
+    buffers = model._weights if trainer is ForwardBackwardTrainer else model._steps._buffers
+    size = sum(v.size for v in state.values())
+    assert size % 16, "the model should leave some padding to check"
+    for host in buffers._hosts:  # the flat weights, steps and states
+        assert host.ctypes.data % 64 == 0
+        assert host.shape[-1] % 16 == 0
+        np.testing.assert_array_equal(host[..., size:], 0)
+    assert all(np.isfinite(v).all() for v in state.values())

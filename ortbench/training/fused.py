@@ -21,7 +21,7 @@ from .iobinding import CachedBinding, make_session
 from .learning_rates import BaseLearningRate, LearningRateAdamW
 from .portable import vjp_graph
 from .runtime import cpu_scalar, ort_device
-from .weights import WeightBuffers
+from .weights import WeightBuffers, flat_width
 
 
 def fused_step_graph(
@@ -33,7 +33,8 @@ def fused_step_graph(
     """One training step as one graph.
 
     ``groups`` maps each tensor the update writes to the weights it holds: one flat
-    tensor for every weight on CPU (their per-weight inputs view it), or each weight alone.
+    tensor for every weight on CPU (their per-weight inputs view it, and it ends with zero
+    padding to whole cache lines), or each weight alone.
     Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``, each
     flat group ``<g>`` (when it is not a weight itself), ``step_scale`` (scalar, the
     rate's step factor, -lr for SGD), then ``<g>_state`` when the rate keeps a state.
@@ -51,9 +52,12 @@ def fused_step_graph(
         if names == [group]:
             weight, grad, shape = group, f"{group}_grad", shapes[group]
         else:  # one flat update: the per-weight nodes would cost 1 to 3 us each
-            shape = [int(sum(np.prod(shapes[n]) for n in names))]
+            size = int(sum(np.prod(shapes[n]) for n in names))
+            shape = [flat_width(size)]
             weight = b.input(group, shape)
             flat = [b.op("Reshape", f"{n}_grad", b.const([-1], np.int64)) for n in names]
+            if shape[0] > size:  # the flat tensor's zero padding (see weights.py)
+                flat.append(b.const(np.zeros(shape[0] - size)))
             grad = b.op("Concat", *flat, axis=0)
         states = [b.input(f"{group}_state", shape)] if rate.n_states else []
         new_weight, new_states = rate.update_nodes(b, step_scale, weight, grad, states)
