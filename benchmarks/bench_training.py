@@ -7,11 +7,16 @@ them as skipped).
 
 from __future__ import annotations
 
+from ortbench.bench.contenders.ort import OrtContender
+from ortbench.bench.memory import memory_growth
+
 from .common import PARAM_NAMES, PARAMS, contender
 
 #: Epochs of the fit whose peak memory is measured, and of the fit whose loss is tracked.
 SHORT_FIT = 2
 TRACKED_FIT = 5
+#: Epochs of the fit whose peak memory is compared with its first epoch's.
+LONG_FIT = 100
 
 
 class TimeEpoch:
@@ -40,6 +45,25 @@ class PeakMemory:
 
     def peakmem_fit(self, name, problem, batch_size, device):
         self.contender.fit(SHORT_FIT)
+
+
+class MemoryGrowth:
+    """Peak memory of a 100-epoch fit over that of its first epoch (1.0: nothing grows per
+    step), for the engine's trainers."""
+
+    params = PARAMS
+    param_names = PARAM_NAMES
+    timeout = 600
+
+    def setup(self, name, problem, batch_size, device):
+        self.contender = contender(name, problem, batch_size, device)
+        if not isinstance(self.contender, OrtContender):
+            raise NotImplementedError(f"{name} is not one of the engine's trainers")
+
+    def track_peak_memory_ratio(self, name, problem, batch_size, device):
+        return memory_growth(self.contender, LONG_FIT).ratio
+
+    track_peak_memory_ratio.unit = "ratio"
 
 
 class FinalLoss:

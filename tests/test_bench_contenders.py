@@ -4,6 +4,7 @@ the trajectory, the engine's documented step structure for the runtime counters.
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import numpy as np
 import onnxruntime
@@ -13,6 +14,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from ortbench.bench.contenders import CONTENDERS, Unavailable, make_contender
 from ortbench.bench.counters import count_runtime
+from ortbench.bench.memory import memory_growth
 from ortbench.bench.problems import make_problem
 
 TORCH = importlib.util.find_spec("torch") is not None
@@ -184,3 +186,38 @@ def test_engine_steps_cost_what_the_engine_documents(name, runs):
     assert counts.runs_per_step == runs
     assert counts.ortvalues_per_step == 0
     assert make_contender("sklearn-mlp-sgd", problem, 16).runtime_counts() is None
+
+
+class Hoarder:
+    """Fits that keep ``mb_per_epoch`` MB per epoch (touched, so resident), or free it."""
+
+    def __init__(self, mb_per_epoch: int, keep: bool):
+        self.size = mb_per_epoch * 2**20 // 8
+        self.keep = keep
+        self.kept: list[np.ndarray] = []
+
+    def fit(self, epochs: int) -> Hoarder:
+        self.kept = []
+        return self.continue_fit(epochs)
+
+    def continue_fit(self, epochs: int) -> Hoarder:
+        for _ in range(epochs):
+            block = np.ones(self.size)
+            if self.keep:
+                self.kept.append(block)
+            del block  # freed before the next epoch's
+        return self
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+def test_memory_growth_tells_a_fit_that_keeps_memory_from_one_that_does_not():
+    assert memory_growth(Hoarder(8, keep=True), epochs=10).ratio > 5
+    assert memory_growth(Hoarder(8, keep=False), epochs=10).ratio < 1.5
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+@pytest.mark.parametrize("name", ["ort-full", "ort-fwbw", "ort-fwbw-nesterov"])
+def test_engine_fits_do_not_grow_with_epochs(name):
+    growth = memory_growth(make_contender(name, problem_of("mlp", "diabetes"), 1), epochs=30)
+    assert growth.first_epoch_mb > 0
+    assert growth.ratio <= 1.2, growth

@@ -6,6 +6,10 @@ import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .contenders import Contender
 
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
@@ -41,4 +45,39 @@ def peak_memory() -> Iterator[PeakMemory]:
         yield peak
         return
     yield peak
-    peak.mb = (_status_kb("VmHWM") - start) / 1024
+    peak.mb = _peak_since(start)
+
+
+def _peak_since(start_kb: int) -> float:
+    return (_status_kb("VmHWM") - start_kb) / 1024
+
+
+@dataclass
+class MemoryGrowth:
+    """Peak resident memory a fit adds (MB) after 1 epoch and after ``epochs`` epochs."""
+
+    first_epoch_mb: float
+    all_epochs_mb: float
+    epochs: int
+
+    @property
+    def ratio(self) -> float:
+        """How many times the 1-epoch peak the long fit reached (1.0: nothing grew)."""
+        return self.all_epochs_mb / self.first_epoch_mb if self.first_epoch_mb > 0 else math.nan
+
+
+def memory_growth(contender: Contender, epochs: int = 100) -> MemoryGrowth:
+    """Fit an unfitted ``contender`` for 1 epoch, then carry the same fit on to ``epochs``.
+
+    Both peaks are measured over the resident memory before the fit, the second one over
+    the whole fit: a trainer that allocates per step shows a ratio above 1, one that only
+    allocates while it builds shows 1. Raises OSError where the kernel's high-water mark
+    cannot be reset (anything but Linux).
+    """
+    with open(_CLEAR_REFS, "w") as f:
+        f.write("5")
+    start = _status_kb("VmRSS")
+    contender.fit(1)
+    first = _peak_since(start)
+    contender.continue_fit(epochs - 1)
+    return MemoryGrowth(first, _peak_since(start), epochs)
