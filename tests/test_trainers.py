@@ -333,3 +333,22 @@ def test_adamw_first_step_is_a_signed_gradient_step(regression):
         np.testing.assert_allclose(after[name][clear], expected[clear], rtol=1e-4, atol=2e-6)
     model.set_params(max_iter=20).fit(X, y)
     assert model.train_losses_[-1] < model.train_losses_[0]
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_auto_threads_follow_the_work_of_a_step(trainer, mlp_onnx):
+    """One intra-op thread below ONE_THREAD_WORK multiply-adds per step, the pool above."""
+    from ortbench.training.base import ONE_THREAD_WORK
+
+    values = sum(w.size for w in trainer(mlp_onnx).initial_state().values())
+
+    def threads(batch_size, intra_op_threads="auto"):
+        model = trainer(mlp_onnx, batch_size=batch_size, intra_op_threads=intra_op_threads)
+        model._prepare_model()
+        return model._choose_threads()
+
+    assert threads(1024) == 1
+    assert threads(ONE_THREAD_WORK // values) == 1
+    assert threads(ONE_THREAD_WORK // values + 1) is None
+    assert threads(1024, intra_op_threads=2) == 2
+    assert threads(1, intra_op_threads=None) is None
