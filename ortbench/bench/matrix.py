@@ -150,7 +150,9 @@ def run_group(group: list[Cell], config: BenchConfig) -> list[CellResult]:
     Every contender is fitted once first; then each of the ``repeat`` rounds times one
     fit of ``epochs`` epochs of every contender in turn. A drift of the machine's speed
     during the group then touches every contender alike, which keeps their ratios (what
-    the matrix is read for) honest on a noisy machine.
+    the matrix is read for) honest on a noisy machine. Each timed fit follows one untimed
+    epoch of the same contender, so that it times steady steps rather than the caches
+    the previous contender's fit evicted (docs/benchmarks.md).
     """
     rows, contenders = zip(*(_prepare(cell, config) for cell in group))
     contenders = list(contenders)  # a contender whose timed fit breaks becomes None
@@ -160,6 +162,7 @@ def run_group(group: list[Cell], config: BenchConfig) -> list[CellResult]:
             if contender is None:
                 continue
             try:
+                contender.continue_fit(1)
                 samples[k].append(contender.seconds_per_step(config.epochs))
             except Exception as e:
                 rows[k]["status"] = f"failed: {_first_line(e)}"

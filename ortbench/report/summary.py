@@ -57,8 +57,8 @@ def summary_markdown(results: pd.DataFrame) -> str:
         f"Time per training step: median over {first['repeat']} timed fits of "
         f"{first['epochs']} epochs each, after a first fit of as many epochs that built the "
         "model and gave the losses; the timed fits of the contenders of one batch size take "
-        f"turns. Speed-up: {BASELINE}'s time per step over the contender's, at the same "
-        "batch size.",
+        "turns, each after one untimed epoch of its own. Speed-up: "
+        f"{BASELINE}'s time per step over the contender's, at the same batch size.",
         "",
         f"Machine: {first.cpu_model}, {first.cpu_cores} cores, {first.cpu_threads} threads "
         f"({first.platform}). Python {first.python_version}, onnxruntime "
