@@ -4,6 +4,8 @@ the trajectory, the engine's documented step structure for the runtime counters.
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 
 import numpy as np
@@ -14,7 +16,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from ortbench.bench.contenders import CONTENDERS, Unavailable, make_contender
 from ortbench.bench.counters import count_runtime
-from ortbench.bench.memory import memory_growth
+from ortbench.bench.memory import MemoryGrowth, memory_growth
 from ortbench.bench.problems import make_problem
 
 TORCH = importlib.util.find_spec("torch") is not None
@@ -215,9 +217,23 @@ def test_memory_growth_tells_a_fit_that_keeps_memory_from_one_that_does_not():
     assert memory_growth(Hoarder(8, keep=False), epochs=10).ratio < 1.5
 
 
+MEASURE_GROWTH = """
+import json, sys
+from ortbench.bench.contenders import make_contender
+from ortbench.bench.memory import memory_growth
+from ortbench.bench.problems import make_problem
+contender = make_contender(sys.argv[1], make_problem("mlp", "diabetes", n_samples=200), 1)
+print(json.dumps(vars(memory_growth(contender, epochs=30))))
+"""
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
 @pytest.mark.parametrize("name", ["ort-full", "ort-fwbw", "ort-fwbw-nesterov"])
 def test_engine_fits_do_not_grow_with_epochs(name):
-    growth = memory_growth(make_contender(name, problem_of("mlp", "diabetes"), 1), epochs=30)
-    assert growth.first_epoch_mb > 0
-    assert growth.ratio <= 1.2, growth
+    """In a fresh process, as asv measures it: a test process's heap has room to spare."""
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE_GROWTH, name], capture_output=True, text=True, check=True
+    )
+    growth = MemoryGrowth(**json.loads(done.stdout.splitlines()[-1]))
+    assert growth.first_epoch_mb > 1, growth  # the first epoch built the sessions
+    assert growth.ratio <= 1.05, growth  # measured 1.003 at most; the issue's bound is 1.2
