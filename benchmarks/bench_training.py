@@ -7,6 +7,8 @@ them as skipped).
 
 from __future__ import annotations
 
+import sys
+
 from ortbench.bench.contenders.ort import OrtContender
 from ortbench.bench.memory import memory_growth
 
@@ -56,6 +58,8 @@ class MemoryGrowth:
     timeout = 600
 
     def setup(self, name, problem, batch_size, device):
+        if not sys.platform.startswith("linux"):
+            raise NotImplementedError("the peak is read from /proc/self (Linux only)")
         self.contender = contender(name, problem, batch_size, device)
         if not isinstance(self.contender, OrtContender):
             raise NotImplementedError(f"{name} is not one of the engine's trainers")
