@@ -38,14 +38,19 @@ def peak_memory() -> Iterator[PeakMemory]:
     """Measure the peak resident memory the block adds."""
     peak = PeakMemory()
     try:
-        with open(_CLEAR_REFS, "w") as f:
-            f.write("5")  # reset VmHWM to the current resident size
-        start = _status_kb("VmRSS")
+        start = _reset_peak()
     except OSError:
         yield peak
         return
     yield peak
     peak.mb = _peak_since(start)
+
+
+def _reset_peak() -> int:
+    """Reset the high-water mark to the current resident size; return that size (kB)."""
+    with open(_CLEAR_REFS, "w") as f:
+        f.write("5")
+    return _status_kb("VmRSS")
 
 
 def _peak_since(start_kb: int) -> float:
@@ -74,9 +79,7 @@ def memory_growth(contender: Contender, epochs: int = 100) -> MemoryGrowth:
     allocates while it builds shows 1. Raises OSError where the kernel's high-water mark
     cannot be reset (anything but Linux).
     """
-    with open(_CLEAR_REFS, "w") as f:
-        f.write("5")
-    start = _status_kb("VmRSS")
+    start = _reset_peak()
     contender.fit(1)
     first = _peak_since(start)
     contender.continue_fit(epochs - 1)

@@ -3,9 +3,9 @@
 ``generate_artifacts`` turns the model with its loss into a training model, an optimizer
 model and a checkpoint; ``Module.train_step`` and ``Optimizer.optimizer_step`` then run two
 calls per step (the training graph is edited to overwrite its gradient buffers, so no
-``lazy_reset_grad`` call is needed between them). The batch inputs are OrtValue vectors built once per fit over the staged
-batches, and the loss lands in a preallocated host scalar, so a step allocates nothing of
-ours. The runtime's optimizers are SGD and AdamW only.
+``lazy_reset_grad`` call is needed between them). The batch inputs are OrtValue vectors
+built once per fit over the staged batches, and the loss lands in a preallocated host
+scalar, so a step allocates nothing of ours. The runtime's optimizers are SGD and AdamW only.
 """
 
 from __future__ import annotations

@@ -70,11 +70,10 @@ class WeightBuffers:
         # the padding stays zero, so its mask is free: chosen to keep a uniform mask uniform
         padding = np.full(width - size, mask.any(), np.float32)
         self.penalty_masks = {"weights": _simplify(np.concatenate([mask, padding]))}
-        flat = _aligned_zeros(width)
-        flat[:size] = np.concatenate([a.ravel() for a in arrays.values()])
+        flat = np.concatenate([a.ravel() for a in arrays.values()])
         if self.has_state:
             rows = self._host(_aligned_zeros((5, width)))
-            rows[0], rows[4] = flat, flat
+            rows[0, :size], rows[4, :size] = flat, flat
             weights, step, states = [rows[0], rows[4]], rows[2], [rows[1], rows[3]]
             self.states = [[self._value(s)] for s in states]
             #: parity p's update: (w, s, e) rows, (s, e) rows, new weight row, new state row
@@ -83,8 +82,9 @@ class WeightBuffers:
                 tuple(self._value(rows[a:b]) for a, b in ((2, 5), (2, 4), (0, 1), (1, 2))),
             ]
         else:
-            weights = [self._host(flat), self._host(_aligned_zeros(width))]
-            weights[1][:] = flat
+            weights = [self._host(_aligned_zeros(width)) for _ in (0, 1)]
+            for w in weights:
+                w[:size] = flat
             step = self._host(_aligned_zeros(width))
         self.weights = [self._views(w) for w in weights]
         self.group_weights = [[self._value(w)] for w in weights]
