@@ -321,7 +321,7 @@ def test_flat_buffers_start_on_cache_lines_and_their_padding_stays_zero(
     X, y = regression
     model = trainer(mlp_onnx, backend="portable", batch_size=16, max_iter=2, **settings)
     state = model.fit(X, y).get_state()
-    buffers = model._weights if trainer is ForwardBackwardTrainer else model._steps._buffers
+    buffers = model._steps._buffers
     size = sum(v.size for v in state.values())
     assert size % 16, "the model should leave some padding to check"
     for host in buffers._hosts:  # the flat weights, steps and states

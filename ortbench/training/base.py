@@ -1,9 +1,10 @@
 """The fit loop and estimator plumbing both trainers share.
 
-A trainer subclass builds its graphs (:meth:`BaseTrainer._build`), prepares the
-per-fit bindings over the staged batches (:meth:`BaseTrainer._start_fit`) and runs one
-epoch (:meth:`BaseTrainer._run_epoch`); everything else (input checks, batching,
-learning-rate schedule, divergence, validation, state, predict, score, export) is here.
+A trainer subclass prepares its model and chooses its step object
+(:meth:`BaseTrainer._build`, see :mod:`ortbench.training.steps`), which builds the graphs,
+binds them over the staged batches and runs the epochs; everything else (input checks,
+batching, learning-rate schedule, divergence, validation, state, predict, score, export)
+is here.
 """
 
 from __future__ import annotations
@@ -33,12 +34,8 @@ from .graph_tools import (
 )
 from .learning_rates import BaseLearningRate, LearningRateSGD
 from .losses import BaseLearningLoss
-from .runtime import (
-    check_device,
-    providers,
-    quiet_logs,
-    session_options,
-)
+from .runtime import SessionMaker, check_device, providers, quiet_logs
+from .steps import Steps
 
 #: Steps below this much work (batch size x trained values, about the multiply-adds of a
 #: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``: handing
@@ -52,31 +49,60 @@ ONE_THREAD_WORK = 2**24
 class BaseTrainer(BaseEstimator):
     """Shared estimator API: fit, predict, score, state and export."""
 
+    #: The step object of the last build (see :mod:`ortbench.training.steps`).
+    _steps: Steps
+
     def _learning_loss(self) -> BaseLearningLoss:
         raise NotImplementedError
 
     def _build(self) -> None:
-        """Create sessions and weights from ``self.model_`` (the first fit only)."""
+        """Build the graphs and the step object ``self._steps`` from ``self.model_``."""
         raise NotImplementedError
 
-    def _start_fit(self, loader: BatchLoader) -> None:
-        """Prepare bindings over the loader's batches."""
-        raise NotImplementedError
-
-    def _run_epoch(self, batches) -> float:
-        """Train on every batch; return the epoch loss (mean over samples)."""
-        raise NotImplementedError
-
-    def _set_learning_rate(self, value: float) -> None:
-        raise NotImplementedError
+    def _run_epoch(self, loader: BatchLoader) -> float:
+        """Train on every batch of the loader's next epoch; return the epoch loss."""
+        loader.epoch()
+        return self._steps.run_epoch()
 
     def get_state(self) -> dict[str, np.ndarray]:
-        """Trained weights by name (copies)."""
-        raise NotImplementedError
+        """The trained weights.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            Copies of the current weights, by name.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
+        self._check_fitted()
+        return self._steps.get_state()
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
-        """Overwrite trained weights by name."""
-        raise NotImplementedError
+        """Overwrite trained weights by name.
+
+        Parameters
+        ----------
+        state : dict of str to array-like
+            New values of some or all of the trained weights, with their shapes.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit, for an unknown weight or a wrong shape.
+        """
+        self._check_fitted()
+        for name, array in state.items():
+            if name not in self.weights_:
+                raise OrtBenchError(f"unknown weight {name!r}: trained weights are {self.weights_}")
+            expected = self._steps.shape(name)
+            array = np.ascontiguousarray(array, dtype=np.float32)
+            if array.shape != expected:
+                raise OrtBenchError(f"weight {name!r} has shape {expected}, got {array.shape}")
+            self._steps.set(name, array)
+        self._predictor = None
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
         """scikit-learn's repr, with the model summarised instead of printed as protobuf text."""
@@ -112,13 +138,13 @@ class BaseTrainer(BaseEstimator):
             # the graphs have a static batch dimension: a warm start with another batch
             # size rebuilds them around the weights (an optimizer state restarts at zero)
             state = self.get_state() if warm else None
-            self._threads = self._choose_threads()
+            self._sessions = SessionMaker(self.device, self._choose_threads(), type(self).__name__)
             quiet_logs()
             self._build()
             self._built_batch_size = self.batch_size
             if state is not None:
                 self.set_state(state)
-        self._set_learning_rate(self.learning_rate_.value)
+        self._steps.set_learning_rate(self.learning_rate_.value)
         if w is None:
             w = np.ones(len(X), dtype=np.float32)
         loader = self._loader_for([X, Y, w], reuse=warm)
@@ -126,7 +152,7 @@ class BaseTrainer(BaseEstimator):
         start = time.perf_counter()
         for epoch in range(1, self.max_iter + 1):
             snapshot = self.get_state()
-            loss = float(self._run_epoch(loader.epoch()))
+            loss = float(self._run_epoch(loader))
             if not np.isfinite(loss):
                 self.set_state(snapshot)
                 raise OrtBenchError(
@@ -135,7 +161,7 @@ class BaseTrainer(BaseEstimator):
                 )
             self.train_losses_.append(loss)
             self.t_ += loader.n_samples
-            self._set_learning_rate(self.learning_rate_.update_learning_rate(self.t_))
+            self._steps.set_learning_rate(self.learning_rate_.update_learning_rate(self.t_))
             if val is not None and (epoch % self.validation_every == 0 or epoch == self.max_iter):
                 self.validation_losses_.append(self._validation_loss(*val))
             if self.verbose:
@@ -162,7 +188,7 @@ class BaseTrainer(BaseEstimator):
                 arrays, self.batch_size, self.device, self.shuffle, self.random_state
             )
             self._loader, self._loader_batch_size = loader, self.batch_size
-            self._start_fit(loader)
+            self._steps.start_fit(loader)
         return loader
 
     def _report(self, epoch: int, loss: float, elapsed: float) -> None:
@@ -198,12 +224,6 @@ class BaseTrainer(BaseEstimator):
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
         return threads
-
-    def _session_options(self, label: str) -> onnxruntime.SessionOptions:
-        return session_options(self._threads, f"{type(self).__name__}_{label}")
-
-    def _providers(self) -> list:
-        return providers(self.device)
 
     # -- model and data ------------------------------------------------------------------
 
@@ -290,15 +310,15 @@ class BaseTrainer(BaseEstimator):
     def _validation_loss(self, X, Y, w) -> float:
         """Loss on held-out data, without penalty, through the trainer's own loss graph."""
         if getattr(self, "_val_sessions", None) is None:
-            options = self._session_options("validation")
+            options = self._sessions.options("validation")
             forward = weights_as_inputs(self._train_model, self.weights_)
             loss = self._learning_loss().build_onnx_function()
             self._val_sessions = (
                 onnxruntime.InferenceSession(
-                    forward.SerializeToString(), options, providers=self._providers()
+                    forward.SerializeToString(), options, providers=providers(self.device)
                 ),
                 onnxruntime.InferenceSession(
-                    loss.SerializeToString(), options, providers=self._providers()
+                    loss.SerializeToString(), options, providers=providers(self.device)
                 ),
             )
         forward, loss = self._val_sessions
@@ -323,8 +343,12 @@ class BaseTrainer(BaseEstimator):
         """The trained model predict runs (the full trainer drops a loss the model outputs)."""
         return self.get_trained_onnx()
 
+    def __sklearn_is_fitted__(self) -> bool:
+        """True once a fit has built the trainer's steps (scikit-learn's fitted check)."""
+        return hasattr(self, "_steps")
+
     def _check_fitted(self) -> None:
-        if not hasattr(self, "train_losses_"):
+        if not self.__sklearn_is_fitted__():
             raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
 
     def _predictions(self, X) -> dict[str, np.ndarray]:
@@ -340,7 +364,7 @@ class BaseTrainer(BaseEstimator):
                     )
                 )
             self._predictor = onnxruntime.InferenceSession(
-                model.SerializeToString(), providers=self._providers()
+                model.SerializeToString(), providers=providers(self.device)
             )
             self._predicted_names = [
                 o.name for o in self._predictor.get_outputs() if o.type.startswith("tensor")
@@ -382,7 +406,7 @@ class BaseTrainer(BaseEstimator):
         return paths
 
     def _graphs(self) -> dict:
-        raise NotImplementedError
+        return dict(self._steps.graphs)
 
     def initial_state(self) -> dict[str, np.ndarray]:
         """The weights the model came with (what a fit starts from)."""

@@ -223,7 +223,7 @@ class LearningRateAdamW(BaseLearningRate):
         self.epsilon = epsilon
         self.weight_decay = weight_decay
 
-    def update_nodes(self, b, neg_lr, weight, grad, states):
+    def update_nodes(self, b, step_scale, weight, grad, states):
         raise OrtBenchError(
             "LearningRateAdamW runs only in FullTrainer (onnxruntime's own AdamW optimizer)"
         )
