@@ -18,10 +18,7 @@ from . import capi
 from .data import Batch
 from .derivative import build_training_graph
 from .errors import OrtBenchError
-from .learning_rates import BaseLearningRate
 from .loss_update import LossUpdateSteps
-from .losses import BaseLearningLoss
-from .penalties import BaseLearningPenalty
 from .runtime import SessionMaker
 
 
@@ -39,12 +36,7 @@ class AgentStep(NamedTuple):
 class AgentSteps(LossUpdateSteps):
     """Forward/backward training steps: TrainingAgent, then ONNX loss and update graphs.
 
-    Parameters
-    ----------
-    static : onnx.ModelProto
-        The model with a static batch dimension, one output.
-    weights, biases, loss, penalty, rate, sessions
-        As :class:`~ortbench.training.loss_update.LossUpdateSteps` takes them.
+    Takes the parameters of :class:`~ortbench.training.loss_update.LossUpdateSteps`.
 
     Raises
     ------
@@ -52,39 +44,27 @@ class AgentSteps(LossUpdateSteps):
         When the gradient graph passes intermediate tensors from forward to backward.
     """
 
-    def __init__(
-        self,
-        static: onnx.ModelProto,
-        weights: list[str],
-        biases: set[str],
-        loss: BaseLearningLoss,
-        penalty: BaseLearningPenalty,
-        rate: BaseLearningRate,
-        sessions: SessionMaker,
-    ):
-        graph = build_training_graph(static, weights)
+    def _build_passes(self, static: onnx.ModelProto, sessions: SessionMaker) -> dict:
+        graph = build_training_graph(static, self.weights)
         if graph.n_forward_outputs != 1:
             raise OrtBenchError(
                 "this model's gradient graph passes intermediate tensors from forward to "
                 "backward, which ForwardBackwardTrainer does not support: use FullTrainer"
             )
-        device = sessions.ort_device
         # the agent does not keep its session alive: this object does
         self._agent_session = sessions.session(graph.model, "agent")
         self._agent = capi.TrainingAgent(
             self._agent_session,
             graph.feed_names,
-            [device],
+            [self._device],
             graph.grad_names,
-            [device] * len(graph.grad_names),
+            [self._device] * len(graph.grad_names),
             0,
         )
-        super().__init__(
-            {"training": graph.model}, static, weights, biases, loss, penalty, rate, sessions
-        )
-        self._grad_fetches = capi.value_vector(self._buffers.grads)
+        return {"training": graph.model}
 
     def _bind_steps(self, batches: list[Batch], prediction, loss_grad) -> None:
+        self._grad_fetches = capi.value_vector(self._buffers.grads)
         self._forward_out = capi.value_vector([prediction])
         self._backward_in = capi.value_vector([loss_grad])
         weights = self._buffers.weights

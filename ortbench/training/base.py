@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -46,11 +47,83 @@ from .steps import Steps
 ONE_THREAD_WORK = 2**24
 
 
+#: numpydoc entries both trainers share, put into their docstrings by
+#: :func:`shared_docstring` where ``{model_parameters}``, ``{fit_parameters}`` and
+#: ``{attributes}`` stand.
+SHARED_DOC = {
+    "model_parameters": """\
+model_onnx : onnx.ModelProto, bytes or path
+    The model to train: one data input, float outputs (a classifier's probabilities
+    may sit behind a ZipMap). Linear scikit-learn nodes are rewritten into trainable
+    MatMul/Add first.
+weights_to_train : list of str, optional
+    The initializers to train; by default every float initializer that is a parameter
+    (see :func:`~ortbench.training.trainable_initializers`).""",
+    "fit_parameters": """\
+batch_size : int, default=10
+    Rows per step; the last batch of an epoch is padded with rows of weight 0.
+max_iter : int, default=100
+    Epochs per call to :meth:`fit`.
+device : str, default='cpu'
+    ``'cpu'``, ``'cuda'`` or ``'cuda:N'``.
+shuffle : bool, default=True
+    Shuffle the rows before every epoch.
+random_state : int, RandomState or None, default=None
+    Seeds the shuffling.
+warm_start : bool, default=False
+    A new :meth:`fit` continues from the current weights, optimizer state and schedule.
+verbose : int, default=0
+    Print the loss of every epoch on stderr.
+validation_every : int, default=1
+    Epochs between two scores of the validation data given to :meth:`fit`.
+intra_op_threads : 'auto', int or None, default='auto'
+    Intra-op threads of every session: ``'auto'`` runs small steps (batch size times
+    trained values below ``ONE_THREAD_WORK``) on one thread, None keeps onnxruntime's
+    default pool.""",
+    "attributes": """\
+model_ : onnx.ModelProto
+    The model as trained (linear nodes rewritten).
+weights_ : list of str
+    The trained weights.
+output_name_ : str
+    The output the loss reads.
+is_classifier_ : bool
+    Whether the loss is a log loss (labels are one-hot encoded).
+classes_ : numpy.ndarray
+    The class labels (classifiers only).
+learning_rate_ : BaseLearningRate
+    The fitted schedule (a clone of ``learning_rate``).
+t_ : int
+    Samples seen so far.
+train_losses_ : list of float
+    The training loss of every epoch (mean over samples, penalty included).
+validation_losses_ : list of float
+    The validation loss, every ``validation_every`` epochs.
+n_iter_ : int
+    Epochs run.""",
+}
+
+
+def shared_docstring(cls: type) -> type:
+    """Put the :data:`SHARED_DOC` entries into the docstring of the trainer ``cls``."""
+    doc = cls.__doc__
+    for name, text in SHARED_DOC.items():
+        doc = doc.replace("{" + name + "}", textwrap.indent(text, "    ").lstrip())
+    cls.__doc__ = doc
+    return cls
+
+
 class BaseTrainer(BaseEstimator):
     """Shared estimator API: fit, predict, score, state and export."""
 
     #: The step object of the last build (see :mod:`ortbench.training.steps`).
     _steps: Steps
+
+    def _keep_params(self, params: dict) -> None:
+        """Store the constructor's arguments (its ``locals()``) unchanged, one attribute
+        each, as scikit-learn expects of an estimator's ``__init__``."""
+        for name in self._get_param_names():
+            setattr(self, name, params[name])
 
     def _learning_loss(self) -> BaseLearningLoss:
         raise NotImplementedError
@@ -119,7 +192,31 @@ class BaseTrainer(BaseEstimator):
     # -- fit ---------------------------------------------------------------------------
 
     def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
-        """Train on (X, y); validation data, when given, is scored every ``validation_every``."""
+        """Train on (X, y) for ``max_iter`` epochs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets, or class labels for a classifier.
+        sample_weight : array-like of shape (n_samples,), optional
+            Non-negative weights of the rows.
+        X_val, y_val, sample_weight_val : array-like, optional
+            Validation data, scored every ``validation_every`` epochs into
+            ``validation_losses_``.
+
+        Returns
+        -------
+        self
+            The fitted trainer.
+
+        Raises
+        ------
+        OrtBenchError
+            For bad parameters or data, or a diverging loss (``get_state()`` then holds
+            the weights from before the epoch that diverged).
+        """
         self._check_params()
         warm = self.warm_start and hasattr(self, "model_")
         if not warm:
@@ -330,7 +427,18 @@ class BaseTrainer(BaseEstimator):
         return float(loss.run(["loss"], feeds)[0])
 
     def get_trained_onnx(self) -> onnx.ModelProto:
-        """The model as given (linear nodes rewritten) with the trained weights."""
+        """The model as given (linear nodes rewritten) with the trained weights.
+
+        Returns
+        -------
+        onnx.ModelProto
+            A copy; the trainer's model is unchanged.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
         self._check_fitted()
         return set_initializers(self.model_, self.get_state())
 
@@ -373,7 +481,24 @@ class BaseTrainer(BaseEstimator):
         return dict(zip(names, self._predictor.run(names, {self._input.name: X})))
 
     def predict(self, X) -> np.ndarray:
-        """Predictions: labels for classifiers, the trained output for regressors."""
+        """Predict with the trained weights.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data.
+
+        Returns
+        -------
+        numpy.ndarray
+            Class labels for a classifier, else the trained output (1-D when the
+            targets were).
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit, or for bad data.
+        """
         outputs = self._predictions(X)
         if self.is_classifier_:
             proba = outputs[self.output_name_]
@@ -382,19 +507,67 @@ class BaseTrainer(BaseEstimator):
         return predicted.ravel() if self._y_1d and predicted.shape[1] == 1 else predicted
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities (classifiers only)."""
+        """Class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples, n_classes)
+            The trained output.
+
+        Raises
+        ------
+        OrtBenchError
+            When the trainer is not a classifier (a log loss), before the first fit, or
+            for bad data.
+        """
         if not self.is_classifier_:
             raise OrtBenchError("predict_proba needs a classifier (a log loss)")
         return self._predictions(X)[self.output_name_]
 
     def score(self, X, y, sample_weight=None) -> float:
-        """Accuracy for classifiers, R² for regressors, as scikit-learn defines them."""
+        """Accuracy for classifiers, R² for regressors, as scikit-learn defines them.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data.
+        y : array-like
+            True labels or targets.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the rows.
+
+        Returns
+        -------
+        float
+            The score.
+        """
         if self.is_classifier_:
             return float(accuracy_score(y, self.predict(X), sample_weight=sample_weight))
         return float(r2_score(y, self.predict(X), sample_weight=sample_weight))
 
     def save_onnx_graph(self, folder: str | os.PathLike) -> dict[str, str]:
-        """Write every graph the trainer runs into ``folder``; return name -> path."""
+        """Write every graph the trainer runs into ``folder``.
+
+        Parameters
+        ----------
+        folder : str or os.PathLike
+            Created when missing; files ``<name>.onnx`` are overwritten.
+
+        Returns
+        -------
+        dict of str to str
+            The path of each graph, by name.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
         self._check_fitted()
         os.makedirs(folder, exist_ok=True)
         paths = {}
@@ -409,7 +582,13 @@ class BaseTrainer(BaseEstimator):
         return dict(self._steps.graphs)
 
     def initial_state(self) -> dict[str, np.ndarray]:
-        """The weights the model came with (what a fit starts from)."""
+        """The weights the model came with (what a fit starts from).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            The initial value of each weight to train, by name.
+        """
         model = rewrite_linear_nodes(self.model_onnx)
         return get_initializers(model, check_weight_names(model, self.weights_to_train))
 

@@ -12,7 +12,7 @@ bound before the first step.
 from __future__ import annotations
 
 from .agent import AgentSteps
-from .base import BaseTrainer
+from .base import BaseTrainer, shared_docstring
 from .errors import OrtBenchError
 from .graph_tools import bias_names
 from .learning_rates import BaseLearningRate, LearningRateAdamW
@@ -21,14 +21,40 @@ from .penalties import BaseLearningPenalty, NoLearningPenalty
 from .split import SplitSteps
 
 
+@shared_docstring
 class ForwardBackwardTrainer(BaseTrainer):
-    """Train an ONNX model with TrainingAgent's forward/backward and ONNX update graphs.
+    """Train an ONNX model by its forward and backward passes and small ONNX graphs.
 
-    Parameters follow scikit-learn's conventions: ``learning_loss`` (default
-    :class:`SquareLearningLoss`), ``learning_penalty`` (default none) and
-    ``learning_rate`` (default ``LearningRateSGD()``; ``LearningRateSGDNesterov`` for
-    momentum) are estimator-like objects, tunable by GridSearchCV as
-    ``learning_rate__eta0``.
+    A step runs the model forward, a loss graph (loss and its gradient), the model
+    backward and one update graph of every weight with the penalty folded in. Forward
+    and backward run on TrainingAgent (``backend='ort-training'``) or as two graphs of
+    standard operators (``backend='portable'``). Loss, penalty and learning rate are
+    estimator-like objects, tunable by GridSearchCV as ``learning_rate__eta0``.
+
+    Parameters
+    ----------
+    {model_parameters}
+    learning_loss : BaseLearningLoss, optional
+        ``SquareLearningLoss()`` by default.
+    learning_penalty : BaseLearningPenalty, optional
+        No penalty by default.
+    learning_rate : BaseLearningRate, optional
+        ``LearningRateSGD()`` by default; ``LearningRateSGDNesterov`` for momentum.
+    {fit_parameters}
+    backend : {'ort-training', 'portable'}, optional
+        What runs forward and backward: ort-training where it is installed, else
+        portable.
+
+    Attributes
+    ----------
+    {attributes}
+
+    Raises
+    ------
+    OrtBenchError
+        From :meth:`fit`, for bad input, ``LearningRateAdamW``, a model whose backward
+        pass needs more than its output from the forward pass (ort-training), or a
+        diverging loss.
     """
 
     def __init__(
@@ -49,21 +75,7 @@ class ForwardBackwardTrainer(BaseTrainer):
         intra_op_threads="auto",
         backend: str | None = None,
     ):
-        self.model_onnx = model_onnx
-        self.weights_to_train = weights_to_train
-        self.learning_loss = learning_loss
-        self.learning_penalty = learning_penalty
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.device = device
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.warm_start = warm_start
-        self.verbose = verbose
-        self.validation_every = validation_every
-        self.intra_op_threads = intra_op_threads
-        self.backend = backend
+        self._keep_params(locals())
 
     def _learning_loss(self) -> BaseLearningLoss:
         return self.learning_loss or SquareLearningLoss()
@@ -75,18 +87,16 @@ class ForwardBackwardTrainer(BaseTrainer):
         if isinstance(self.learning_rate_, LearningRateAdamW):
             raise OrtBenchError("LearningRateAdamW runs only in FullTrainer")
         static = self._static_batch(self._train_model)
-        common = dict(
-            weights=self.weights_,
-            biases=bias_names(self._train_model, self.weights_),
-            loss=self._learning_loss(),
-            penalty=self._penalty(),
-            rate=self.learning_rate_,
-            sessions=self._sessions,
+        steps = SplitSteps if self._backend == "portable" else AgentSteps
+        self._steps = steps(
+            static,
+            self.weights_,
+            bias_names(self._train_model, self.weights_),
+            self._learning_loss(),
+            self._penalty(),
+            self.learning_rate_,
+            self._sessions,
         )
-        if self._backend == "portable":
-            self._steps = SplitSteps(static, self._input.name, self.output_name_, **common)
-        else:
-            self._steps = AgentSteps(static, **common)
 
 
 OrtGradientForwardBackwardOptimizer = ForwardBackwardTrainer

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from .base import BaseTrainer
+from .base import BaseTrainer, shared_docstring
 from .data import Batch
 from .errors import OrtBenchError
 from .fused import FusedSteps
@@ -21,15 +21,42 @@ from .losses import BaseLearningLoss, loss_from_name
 from .on_device import OnDeviceSteps
 
 
+@shared_docstring
 class FullTrainer(BaseTrainer):
     """Train an ONNX model whose loss onnxruntime differentiates and whose update it runs.
 
-    ``loss`` is one of 'squared_error', 'absolute_error', 'elastic' or 'log' (see
-    :func:`add_loss_output`); ``penalty={'coef': {'l1': a, 'l2': b}}`` regularises named
-    weights. ``learning_rate`` is ``LearningRateSGD`` (default) or ``LearningRateAdamW``
-    (the runtime's on-device optimizers), and also ``LearningRateSGDNesterov`` with
-    ``backend='portable'``. A model that already outputs ``loss_output_name`` is trained
-    as it is, its other inputs fed with the labels (and weights).
+    The loss is appended to the model as graph nodes (or is already one of its outputs);
+    onnxruntime computes loss, gradients and update, on its on-device training API
+    (``backend='ort-training'``, two runs per step) or as one fused graph of standard
+    operators (``backend='portable'``, one run per step, any onnxruntime build).
+
+    Parameters
+    ----------
+    {model_parameters}
+    loss : {'squared_error', 'absolute_error', 'elastic', 'log'}, default='squared_error'
+        The loss appended to the model (see :func:`add_loss_output`).
+    penalty : dict, optional
+        ``{'coef': {'l1': a, 'l2': b}}`` regularises the named weights.
+    learning_rate : BaseLearningRate, optional
+        ``LearningRateSGD()`` by default, or ``LearningRateAdamW`` (the runtime's
+        on-device optimizers); ``LearningRateSGDNesterov`` with ``backend='portable'``.
+    {fit_parameters}
+    loss_output_name : str, default='loss'
+        The loss output; a model that already outputs it is trained as it is, its other
+        inputs fed with the labels (and sample weights).
+    backend : {'ort-training', 'portable'}, optional
+        The runtime that computes the gradients: ort-training where it is installed,
+        else portable.
+
+    Attributes
+    ----------
+    {attributes}
+
+    Raises
+    ------
+    OrtBenchError
+        From :meth:`fit`, for bad input, a learning rate the backend cannot run, or a
+        diverging loss.
     """
 
     def __init__(
@@ -51,22 +78,7 @@ class FullTrainer(BaseTrainer):
         loss_output_name: str = "loss",
         backend: str | None = None,
     ):
-        self.model_onnx = model_onnx
-        self.weights_to_train = weights_to_train
-        self.loss = loss
-        self.penalty = penalty
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.device = device
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.warm_start = warm_start
-        self.verbose = verbose
-        self.validation_every = validation_every
-        self.intra_op_threads = intra_op_threads
-        self.loss_output_name = loss_output_name
-        self.backend = backend
+        self._keep_params(locals())
 
     def _learning_loss(self) -> BaseLearningLoss:
         return loss_from_name(self.loss)

@@ -37,11 +37,9 @@ class LossUpdateSteps(DoubleBufferedSteps):
 
     Parameters
     ----------
-    graphs : dict
-        The subclass's forward/backward graphs by name (saved with the trainer's graphs).
     static : onnx.ModelProto
-        The model with a static batch dimension; its initializers hold the weights'
-        starting values.
+        The model with a static batch dimension, its one data input first and one
+        output; its initializers hold the weights' starting values.
     weights : list of str
         The trained weights, in the order the graphs read them.
     biases : set of str
@@ -54,11 +52,15 @@ class LossUpdateSteps(DoubleBufferedSteps):
         Builds the update graph; its step factor scales the back-propagated gradient.
     sessions : SessionMaker
         Device, threads and labels of the sessions.
+
+    Raises
+    ------
+    OrtBenchError
+        When the backend cannot run forward and backward of this model.
     """
 
     def __init__(
         self,
-        graphs: dict,
         static: onnx.ModelProto,
         weights: list[str],
         biases: set[str],
@@ -69,6 +71,7 @@ class LossUpdateSteps(DoubleBufferedSteps):
     ):
         self.weights = weights
         self._device = sessions.ort_device
+        graphs = self._build_passes(static, sessions)
         buffers = WeightBuffers(
             get_initializers(static, weights), rate.n_states, self._device, biases
         )
@@ -97,6 +100,10 @@ class LossUpdateSteps(DoubleBufferedSteps):
             self._updates = [self._bind_update(update, update_model, p) for p in (0, 1)]
         self._parity = 0
         self._loader: BatchLoader | None = None
+
+    def _build_passes(self, static: onnx.ModelProto, sessions: SessionMaker) -> dict:
+        """Build forward and backward; return their graphs by name."""
+        raise NotImplementedError
 
     def _bind_stacked_update(self, session, src: int) -> capi.Binding:
         """The momentum update over the stacked rows, reading parity ``src``."""

@@ -17,10 +17,7 @@ import onnx
 from . import capi
 from .data import Batch
 from .graph_tools import weights_as_inputs
-from .learning_rates import BaseLearningRate
 from .loss_update import LossUpdateSteps
-from .losses import BaseLearningLoss
-from .penalties import BaseLearningPenalty
 from .portable import split_forward_backward
 from .runtime import SessionMaker
 
@@ -39,39 +36,24 @@ class SplitStep(NamedTuple):
 class SplitSteps(LossUpdateSteps):
     """Forward/backward training steps with portable forward and gradient sessions.
 
-    Parameters
-    ----------
-    static : onnx.ModelProto
-        The model with a static batch dimension.
-    input_name, output_name : str
-        The model's data input and the output it is trained through.
-    weights, biases, loss, penalty, rate, sessions
-        As :class:`~ortbench.training.loss_update.LossUpdateSteps` takes them.
+    Takes the parameters of :class:`~ortbench.training.loss_update.LossUpdateSteps`.
     """
 
-    def __init__(
-        self,
-        static: onnx.ModelProto,
-        input_name: str,
-        output_name: str,
-        weights: list[str],
-        biases: set[str],
-        loss: BaseLearningLoss,
-        penalty: BaseLearningPenalty,
-        rate: BaseLearningRate,
-        sessions: SessionMaker,
-    ):
-        model = weights_as_inputs(static, weights)
-        forward, backward, stash = split_forward_backward(model, weights)
+    def _build_passes(self, static: onnx.ModelProto, sessions: SessionMaker) -> dict:
+        weights = self.weights
+        self._input_name = next(i.name for i in static.graph.input if i.name not in weights)
+        self._output_name = static.graph.output[0].name
+        forward, backward, stash = split_forward_backward(
+            weights_as_inputs(static, weights), weights
+        )
         graphs = {"forward": forward, "backward": backward}
         self._forward, self._backward = (
             sessions.session(m.SerializeToString(), name) for name, m in graphs.items()
         )
-        self._input_name, self._output_name = input_name, output_name
-        self._stash_names = [n for n in stash if n != output_name]
+        self._stash_names = [n for n in stash if n != self._output_name]
         self._backward_inputs = {i.name for i in backward.graph.input}
         self._stash_buffers: dict[str, capi.OrtValue] | None = None
-        super().__init__(graphs, static, weights, biases, loss, penalty, rate, sessions)
+        return graphs
 
     def _stash_values(self, batch: Batch, prediction: capi.OrtValue) -> dict[str, capi.OrtValue]:
         """The prediction and the buffers the forward pass hands to the backward pass,
