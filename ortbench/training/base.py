@@ -40,10 +40,8 @@ from .steps import Steps
 
 #: Steps below this much work (batch size x trained values, about the multiply-adds of a
 #: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``: handing
-#: kernels to a pool that does not spin costs more than it saves. On 2 cores one thread
-#: won at every size measured, from MLP 100-50-10-1 at batch 1 (5.6 thousand) to MLP
-#: 100-256-128-1 at batch 1024 (60 million, 3% apart); the pool is kept above this for
-#: machines with more cores.
+#: kernels to a pool that does not spin costs more than it saves (measured in
+#: ``benchmarks/README.md``); the pool is kept above this for machines with more cores.
 ONE_THREAD_WORK = 2**24
 
 

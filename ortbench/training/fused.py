@@ -55,7 +55,7 @@ def fused_step_graph(
     for group, names in groups.items():
         if names == [group]:
             weight, grad, shape = group, f"{group}_grad", shapes[group]
-        else:  # one flat update: the per-weight nodes would cost 1 to 3 us each
+        else:  # one flat update: per-weight nodes would each cost a kernel launch
             size = int(sum(np.prod(shapes[n]) for n in names))
             shape = [flat_width(size)]
             weight = b.input(group, shape)

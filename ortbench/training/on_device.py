@@ -173,7 +173,7 @@ def always_overwrite_gradients(path: str) -> None:
 
     onnxruntime's artifacts accumulate gradients across steps unless
     ``Module.lazy_reset_grad()`` is called before each one (one more call into the runtime
-    per step, about 0.3 us); ortbench never accumulates, so the accumulators read a
+    per step); ortbench never accumulates, so the accumulators read a
     constant True instead of the flag (the graph keeps the input, which Module feeds).
     """
     model = onnx.load(path)

@@ -1,7 +1,7 @@
 """Weights, optimizer state, steps and gradients of the trainers that own their weights.
 
-The update graph costs about 1 to 3 us per node on CPU, so it should not grow with the
-number of weights. On CPU every weight lives in one flat host array per parity, and the
+Each node of the update graph costs a kernel launch per step on CPU, so the graph should
+not grow with the number of weights. On CPU every weight lives in one flat host array per parity, and the
 per-weight OrtValues TrainingAgent reads are views into it: the update graph sees one
 tensor ("weights") whatever the model. The step (the scaled gradient the backward pass
 writes, see ``learning_rates.py``) is flat too, and so is the optimizer state. With a
@@ -11,9 +11,9 @@ state) and writes rows 4 and 3, parity 1 reads rows 2-4 (and 2-3) and writes row
 and 1.
 Every flat array starts on a 64-byte cache line and its length is padded to a whole number
 of lines with zeros that stay zero (no view covers them, so their step is always 0): the
-rows of the stacked array then start on cache lines too. Unpadded, the rows of 5,571
-floats start at a different offset within a line each, and the momentum update's
-matrix-vector products ran 0.3 us slower.
+rows of the stacked array then start on cache lines too. Unpadded, rows of a length that
+is not a multiple of 16 start at a different offset within a line each, which slows the
+momentum update's matrix-vector products (measured in ``benchmarks/README.md``).
 On CUDA, where no view of a device buffer can be made, each weight is its own group and
 nothing is stacked. Weights and states come in two parities: a step reads one and
 writes the other.
