@@ -136,7 +136,9 @@ class LoopWithKnownCosts:
             ),
             opset_imports=[helper.make_opsetid("", 17)],
         )
-        self.session = onnxruntime.InferenceSession(model.SerializeToString())._sess
+        self.session = capi.make_session(
+            model.SerializeToString(), onnxruntime.SessionOptions(), ["CPUExecutionProvider"]
+        )
         self.device = capi.OrtDevice(capi.OrtDevice.cpu(), capi.OrtDevice.default_memory(), 0)
         self.x = np.ones((2, 2), np.float32)
 

@@ -22,7 +22,7 @@ from sklearn.metrics import accuracy_score, r2_score
 
 from .data import BatchLoader
 from .derivative import choose_backend
-from .errors import OrtBenchError
+from .errors import NotFittedTrainerError, OrtBenchError
 from .graph_tools import (
     check_weight_names,
     drop_noop_reshapes,
@@ -455,7 +455,9 @@ class BaseTrainer(BaseEstimator):
 
     def _check_fitted(self) -> None:
         if not self.__sklearn_is_fitted__():
-            raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
+            raise NotFittedTrainerError(
+                f"this {type(self).__name__} is not fitted yet: call fit first"
+            )
 
     def _predictions(self, X) -> dict[str, np.ndarray]:
         self._check_fitted()
@@ -523,6 +525,7 @@ class BaseTrainer(BaseEstimator):
             When the trainer is not a classifier (a log loss), before the first fit, or
             for bad data.
         """
+        self._check_fitted()
         if not self.is_classifier_:
             raise OrtBenchError("predict_proba needs a classifier (a log loss)")
         return self._predictions(X)[self.output_name_]
