@@ -208,9 +208,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"of {', '.join(DEVICES)} (default: those this machine has)",
     )
-    bench.add_argument("--epochs", type=int, help=f"epochs per fit (default {BenchConfig.epochs})")
     bench.add_argument(
-        "--repeat", type=int, help=f"timed fits per cell (default {BenchConfig.repeat})"
+        "--epochs",
+        type=int,
+        help="epochs of the first fit, and how many more the long timed fit runs than the "
+        f"short one (default {BenchConfig.epochs})",
+    )
+    bench.add_argument(
+        "--repeat",
+        type=int,
+        help=f"timing rounds per cell, a short and a long fit each (default {BenchConfig.repeat})",
     )
     bench.add_argument("--out", default="reports", help="parent folder of the run folder")
     bench.set_defaults(func=_bench)
