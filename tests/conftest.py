@@ -11,6 +11,8 @@ from sklearn.datasets import make_regression
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPRegressor
 
+from ortbench.training.runtime import runtime_problem
+
 
 def fitted_mlp(X, y, hidden=(6, 4), **kwargs) -> MLPRegressor:
     """An MLPRegressor with weights set by one SGD epoch (no convergence warning)."""
@@ -31,3 +33,15 @@ def regression():
 def mlp_onnx(regression):
     X, y = regression
     return to_onnx(fitted_mlp(X, y), X[:1])
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked ``training_build`` where onnxruntime's training build is absent
+    (the environments of the ``cpu`` and ``gpu`` extras)."""
+    problem = runtime_problem()
+    if problem is None:
+        return
+    skip = pytest.mark.skip(reason=f"needs the training build: {problem}")
+    for item in items:
+        if item.get_closest_marker("training_build"):
+            item.add_marker(skip)

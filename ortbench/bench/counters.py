@@ -91,6 +91,7 @@ def _patch(counts: RuntimeCounts) -> list[Callable[[], None]]:
     patches = [
         (getattr(C, owner), name, _counting_run)
         for owner, names in RUN_METHODS.items()
+        if hasattr(C, owner)  # plain onnxruntime has no TrainingAgent, Module, Optimizer
         for name in names
     ]
     patches += [(C.OrtValue, name, _counting_factory) for name in FACTORIES]
