@@ -15,6 +15,7 @@ from ortbench.bench.problems import make_problem
 from ortbench.bench.store import RESULTS_CSV
 from ortbench.cli import main
 from ortbench.install import EXTRAS
+from ortbench.training import OrtBenchError, runtime
 from ortbench.training.runtime import runtime_problem
 
 #: What the training build alone runs, and what any onnxruntime build runs.
@@ -98,3 +99,21 @@ def test_asv_suites_skip_the_training_build_contenders():
     steps = suite.contender.n_steps_
     suite.time_epoch("ort-portable-full", "linear", 15, "cpu")
     assert suite.contender.n_steps_ > steps
+
+
+def test_a_listed_cuda_provider_that_does_not_load_is_not_available(monkeypatch):
+    """onnxruntime-gpu lists CUDAExecutionProvider also where CUDA's libraries are missing
+    (the gpu extra on a machine without CUDA); sessions then fall back to the CPU."""
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this build lists CUDA itself: the test fakes a build that lists it")
+    listed = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: listed)
+    runtime.cuda_loads.cache_clear()
+    try:
+        with pytest.raises(OrtBenchError, match="lists CUDAExecutionProvider but cannot load it"):
+            runtime.check_device("cuda", "portable")
+        with pytest.raises(Unavailable, match="cannot load it"):
+            make_contender("ort-portable-full", make_problem("linear", n_samples=60), 15, "cuda")
+    finally:
+        runtime.cuda_loads.cache_clear()
+    runtime.check_device("cpu", "portable")
