@@ -48,7 +48,9 @@ def runtime_distributions() -> str:
     -------
     str
         Their names and versions, such as ``'onnxruntime-gpu 1.31.1'``; two or more when one
-        build overwrote another's files.
+        build overwrote another's files; ``'onnxruntime built from source'`` when none is
+        recorded.
     """
     names = sorted(set(importlib.metadata.packages_distributions().get("onnxruntime", ())))
-    return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names)
+    found = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names)
+    return found or "onnxruntime built from source"
