@@ -8,6 +8,8 @@ from helpers import fitted_mlp
 from skl2onnx import to_onnx
 from sklearn.datasets import make_regression
 
+from ortbench.training.runtime import runtime_problem
+
 
 @pytest.fixture(scope="session")
 def regression():
@@ -19,3 +21,15 @@ def regression():
 def mlp_onnx(regression):
     X, y = regression
     return to_onnx(fitted_mlp(X, y), X[:1])
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked ``training_build`` where onnxruntime's training build is absent
+    (the environments of the ``cpu`` and ``gpu`` extras)."""
+    problem = runtime_problem()
+    if problem is None:
+        return
+    skip = pytest.mark.skip(reason=f"needs the training build: {problem}")
+    for item in items:
+        if item.get_closest_marker("training_build"):
+            item.add_marker(skip)

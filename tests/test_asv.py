@@ -45,6 +45,7 @@ def commit_of_checkout() -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.training_build  # times ort-full cells
 def test_asv_run_results_are_read_by_compare(tmp_path, capsys):
     commit = commit_of_checkout()
     config = json.loads((ROOT / "asv.conf.json").read_text())

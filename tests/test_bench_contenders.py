@@ -47,6 +47,7 @@ def expected_unavailable(name: str, problem, batch_size: int) -> str | None:
     return None
 
 
+@pytest.mark.training_build
 @pytest.mark.parametrize(("problem_name", "dataset", "batch_size"), CASES)
 def test_every_contender_starts_from_the_same_loss_and_learns(problem_name, dataset, batch_size):
     problem = problem_of(problem_name, dataset)
@@ -79,6 +80,7 @@ def curves(names, problem, batch_size, epochs=3):
     }
 
 
+@pytest.mark.training_build
 @pytest.mark.parametrize(
     ("problem_name", "dataset", "batch_size", "same"),
     [
@@ -107,6 +109,7 @@ def test_same_batches_give_the_same_trajectory(problem_name, dataset, batch_size
         np.testing.assert_allclose(found[name], reference, rtol=1e-4, atol=2e-6, err_msg=name)
 
 
+@pytest.mark.training_build
 def test_cells_that_cannot_run_say_why():
     problem = problem_of("mlp", "diabetes")
     for name in CONTENDERS:
@@ -173,9 +176,9 @@ def test_counters_count_runs_and_new_ortvalues():
 @pytest.mark.parametrize(
     ("name", "runs"),
     [
-        ("ort-full", 2),
-        ("ort-fwbw", 4),
-        ("ort-fwbw-nesterov", 4),
+        pytest.param("ort-full", 2, marks=pytest.mark.training_build),
+        pytest.param("ort-fwbw", 4, marks=pytest.mark.training_build),
+        pytest.param("ort-fwbw-nesterov", 4, marks=pytest.mark.training_build),
         ("ort-portable-full", 1),
         ("ort-portable-fwbw", 4),
         ("ort-portable-nesterov", 1),
@@ -229,6 +232,7 @@ print(json.dumps(vars(memory_growth(contender, epochs=30))))
 """
 
 
+@pytest.mark.training_build
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
 @pytest.mark.parametrize("name", ["ort-full", "ort-fwbw", "ort-fwbw-nesterov"])
 def test_engine_fits_do_not_grow_with_epochs(name):

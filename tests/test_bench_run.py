@@ -41,6 +41,7 @@ def run_folder(tmp_path_factory):
     return folder
 
 
+@pytest.mark.training_build
 def test_results_schema(run_folder):
     results = pd.read_csv(run_folder / RESULTS_CSV)
     assert list(results.columns) == COLUMNS
@@ -95,6 +96,7 @@ def test_results_schema(run_folder):
     assert list(curves.epoch) == [1, 2, 3, 4] * len(ok)
 
 
+@pytest.mark.training_build
 def test_summary_and_plots(run_folder):
     text = write_summary(run_folder)
     assert (run_folder / "summary.md").read_text() == text
@@ -110,6 +112,7 @@ def test_summary_and_plots(run_folder):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.training_build
 def test_an_interrupted_run_keeps_its_finished_rows(tmp_path, monkeypatch, capsys):
     real = matrix.run_group
     calls = []
@@ -134,6 +137,7 @@ def test_an_interrupted_run_keeps_its_finished_rows(tmp_path, monkeypatch, capsy
     assert "| 8 | ort-fwbw |" in (folder / "summary.md").read_text()
 
 
+@pytest.mark.training_build
 def test_a_cell_that_breaks_is_recorded(tmp_path, monkeypatch):
     def broken(self, epochs):
         raise ArithmeticError("the loss is nan\nsecond line")
@@ -148,6 +152,7 @@ def test_a_cell_that_breaks_is_recorded(tmp_path, monkeypatch):
     assert record["status"] == "failed: ArithmeticError: the loss is nan"
 
 
+@pytest.mark.training_build
 def test_cli_bench_prints_the_summary(tmp_path, capsys):
     options = "--contenders ort-full --problem linear --dataset diabetes --batch-sizes 32"
     status = main(["bench", "--quick", *options.split(), "--repeat", "2", "--out", str(tmp_path)])
@@ -195,6 +200,7 @@ def test_seconds_never_print_in_scientific_notation():
     assert format_seconds(3e-10) == "0.3 ns"
 
 
+@pytest.mark.training_build
 def test_timed_fits_of_a_group_are_interleaved(tmp_path, monkeypatch):
     from ortbench.bench.contenders.base import Contender
 

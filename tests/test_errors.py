@@ -114,8 +114,16 @@ def test_batch_size_below_one(trainer, regression, mlp_onnx, batch_size):
 @pytest.mark.parametrize(
     ("device", "match"),
     [
-        ("cuda", "device 'cuda' is not available: the installed onnxruntime 1.19.2 offers"),
-        ("cuda:1", "CUDA training needs the onnxruntime-training 1.19.2 CUDA build"),
+        pytest.param(
+            "cuda",
+            "device 'cuda' is not available: the installed onnxruntime 1.19.2 offers",
+            marks=pytest.mark.training_build,
+        ),
+        pytest.param(
+            "cuda:1",
+            "CUDA training needs the onnxruntime-training 1.19.2 CUDA build",
+            marks=pytest.mark.training_build,
+        ),
         ("tpu", "device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'"),
         ("cpu:0", "device must be"),
     ],
@@ -132,6 +140,7 @@ def test_cuda_message_names_what_the_portable_backend_needs(trainer, regression,
         trainer(mlp_onnx, device="cuda", backend="portable").fit(X, y)
 
 
+@pytest.mark.training_build
 def test_bad_learning_rates(regression, mlp_onnx):
     X, y = regression
     with raises_one_line("eta0 must be > 0"):
@@ -163,6 +172,7 @@ def test_not_fitted(trainer, regression, mlp_onnx):
         trainer(mlp_onnx).predict(X)
 
 
+@pytest.mark.training_build
 def test_runtime_without_training_support(monkeypatch):
     monkeypatch.delattr(capi._C, "TrainingAgent")
     with raises_one_line(

@@ -154,7 +154,15 @@ def binary_linear_classifier(post_transform: str) -> onnx.ModelProto:
     "make_model",
     [
         lambda X, y: binary_linear_classifier("NONE"),
-        lambda X, y: binary_linear_classifier("LOGISTIC"),
+        pytest.param(
+            lambda X, y: binary_linear_classifier("LOGISTIC"),
+            marks=pytest.mark.xfail(
+                onnxruntime.__version__ != "1.19.2",
+                reason="later onnxruntime releases apply LOGISTIC to a one-row LinearClassifier "
+                "(1.19.2 returns the raw scores), and the rewrite follows 1.19.2",
+                strict=True,
+            ),
+        ),
         lambda X, y: to_onnx(
             LogisticRegression(max_iter=200).fit(X, np.digitize(y, [-0.5, 0.5])),
             X[:1],

@@ -22,15 +22,8 @@ from ortbench.training import (
 )
 from ortbench.training.graph_builder import GraphBuilder
 from ortbench.training.portable import RULES, split_forward_backward, vjp_graph
-from ortbench.training.runtime import runtime_problem
 
 RNG = np.random.default_rng(0)
-
-#: Tests comparing with onnxruntime-training: skipped in the plain onnxruntime environment
-#: CI also runs this file in (see .ci/run), where everything else must pass.
-needs_training = pytest.mark.skipif(
-    runtime_problem() is not None, reason="compares with the onnxruntime-training build"
-)
 
 
 def run(model: onnx.ModelProto, feeds: dict) -> dict:
@@ -141,7 +134,7 @@ def test_every_rule_is_tested():
     assert {c[0] for c in CASES} == set(RULES)
 
 
-@needs_training
+@pytest.mark.training_build
 @pytest.mark.parametrize("activation", ["relu", "tanh", "logistic"])
 def test_mlp_regressor_gradients_equal_onnxruntime_training(activation, regression):
     X, y = regression
@@ -149,7 +142,7 @@ def test_mlp_regressor_gradients_equal_onnxruntime_training(activation, regressi
     assert_backends_agree(onx, {"X": X[:10]}, {"variable_grad": RNG.standard_normal((10, 1))})
 
 
-@needs_training
+@pytest.mark.training_build
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_mlp_classifier_gradients_equal_onnxruntime_training(n_classes, regression):
     X, y = regression
@@ -245,7 +238,7 @@ def test_portable_full_trainer_follows_scikit_learn(learning_rate, momentum, reg
         )
 
 
-@needs_training
+@pytest.mark.training_build
 def test_portable_full_trainer_classifies_and_matches_ort_training(regression):
     X, y = regression
     labels = (y > np.median(y)).astype(int)

@@ -103,6 +103,7 @@ def test_call_tree_of_a_trainer_fit(regression, mlp_onnx):
     )
 
 
+@pytest.mark.training_build
 def test_operator_table_of_a_profiled_trainer(regression, mlp_onnx, tmp_path):
     X, y = regression
     with profiled_sessions(tmp_path):
@@ -174,6 +175,7 @@ class _Links(HTMLParser):
                 self.targets.append(attrs[name])
 
 
+@pytest.mark.training_build
 def test_profile_command_and_self_contained_report(tmp_path, capsys):
     status = main(
         ["profile", "ort-fwbw", "--batch-size", "15", "--epochs", "1", "--out", str(tmp_path)]

@@ -101,7 +101,9 @@ def test_one_epoch_follows_scikit_learn(trainer, learning_rate, momentum, regres
         )
 
 
-@pytest.mark.parametrize("backend", ["ort-training", "portable"])
+@pytest.mark.parametrize(
+    "backend", [pytest.param("ort-training", marks=pytest.mark.training_build), "portable"]
+)
 @pytest.mark.parametrize("nesterov", [True, False], ids=["nesterov", "classical"])
 def test_momentum_with_invscaling_follows_scikit_learn_over_epochs(nesterov, backend, regression):
     """Three epochs of momentum whose rate changes every epoch, against MLPRegressor."""
@@ -300,6 +302,7 @@ def test_full_trainer_takes_a_model_that_already_outputs_its_loss(regression, ml
     np.testing.assert_allclose(given.predict(X), added.predict(X), rtol=1e-5)
 
 
+@pytest.mark.training_build
 def test_adamw_first_step_is_a_signed_gradient_step(regression):
     X, y = regression
     X, y = X[:40], y[:40]

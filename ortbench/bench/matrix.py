@@ -71,9 +71,18 @@ class BenchConfig:
         return self
 
 
-#: ``ortbench bench --quick``: the default problem, four contenders, two batch sizes.
+#: ``ortbench bench --quick``: the default problem, scikit-learn, the training build's
+#: contenders and the portable ones (any onnxruntime build), two batch sizes.
 QUICK = BenchConfig(
-    contenders=("sklearn-mlp-sgd", "ort-full", "ort-fwbw", "ort-fwbw-nesterov"),
+    contenders=(
+        "sklearn-mlp-sgd",
+        "ort-full",
+        "ort-fwbw",
+        "ort-fwbw-nesterov",
+        "ort-portable-full",
+        "ort-portable-fwbw",
+        "ort-portable-nesterov",
+    ),
     problems=("mlp",),
     batch_sizes=(15, 256),
     devices=("cpu",),

@@ -7,6 +7,15 @@
   gradient, the penalty and the fused weight update.
 """
 
+from ..install import missing_runtime
+
+try:  # ortbench's extras install a build; say which when none did
+    import onnxruntime  # noqa: F401
+except ModuleNotFoundError as e:
+    if e.name != "onnxruntime":
+        raise
+    raise missing_runtime() from None
+
 from .derivative import DerivativeOptions, onnx_derivative
 from .errors import OrtBenchError
 from .forward_backward import ForwardBackwardTrainer, OrtGradientForwardBackwardOptimizer

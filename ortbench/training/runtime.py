@@ -19,11 +19,13 @@ import importlib.util
 import os
 import sys
 import types
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 
 import onnxruntime
+from onnx import TensorProto, helper
 
 from . import capi
 from .errors import OrtBenchError
@@ -82,6 +84,13 @@ def parse_device(device: str) -> tuple[str, int]:
 def check_device(device: str, backend: str = "ort-training") -> None:
     """Raise a one-line error when the installed runtime cannot run ``backend`` on ``device``."""
     kind, _ = parse_device(device)
+    listed = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    if kind == "cuda" and listed and not cuda_loads():
+        raise OrtBenchError(
+            f"device {device!r} is not available: onnxruntime {onnxruntime.__version__} "
+            "lists CUDAExecutionProvider but cannot load it (are CUDA and cuDNN, in the "
+            "versions this onnxruntime-gpu needs, on the library path?)"
+        )
     if kind == "cuda" and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         needed = (
             "the portable backend runs on CUDA with onnxruntime-gpu (no training build)"
@@ -93,6 +102,51 @@ def check_device(device: str, backend: str = "ort-training") -> None:
             f"device {device!r} is not available: the installed onnxruntime "
             f"{onnxruntime.__version__} offers {onnxruntime.get_available_providers()}; {needed}"
         )
+
+
+def identity_graph() -> bytes:
+    """A one-node graph: input ``X`` (float, shape [1]), output ``Y = Identity(X)``.
+
+    Returns
+    -------
+    bytes
+        The serialized model.
+    """
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["Y"])],
+        "identity",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])],
+    )
+    opsets = [helper.make_opsetid("", MAX_OPSET)]
+    return helper.make_model(
+        graph, opset_imports=opsets, ir_version=MAX_IR_VERSION
+    ).SerializeToString()
+
+
+@cache
+def cuda_loads() -> bool:
+    """Whether a session of this onnxruntime build runs on CUDA here.
+
+    onnxruntime-gpu lists CUDAExecutionProvider wherever it is installed, also where the
+    CUDA libraries it loads are missing; a session then falls back to the CPU, and running
+    on CUDA fails later with a raw error. One small session, once per process, tells.
+
+    Returns
+    -------
+    bool
+        True when a session created with CUDAExecutionProvider keeps it.
+    """
+    onnxruntime.set_default_logger_severity(4)  # the failed load logs two lines otherwise
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            session = onnxruntime.InferenceSession(
+                identity_graph(), providers=["CUDAExecutionProvider"]
+            )
+    finally:
+        quiet_logs()
+    return "CUDAExecutionProvider" in session.get_providers()
 
 
 def ort_device(device: str) -> capi.OrtDevice:

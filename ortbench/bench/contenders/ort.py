@@ -7,6 +7,7 @@ from abc import abstractmethod
 import numpy as np
 import onnxruntime
 
+from ...install import TRAINING_INSTALL, runtime_distributions
 from ...training import (
     BaseLearningRate,
     ForwardBackwardTrainer,
@@ -18,7 +19,7 @@ from ...training import (
     SquareLearningLoss,
 )
 from ...training.base import BaseTrainer
-from ...training.runtime import check_device, runtime_problem
+from ...training.runtime import TRAINING_VERSION, check_device, runtime_problem
 from ..counters import RuntimeCounts, count_runtime
 from ..problems import Problem
 from .base import Contender
@@ -33,9 +34,11 @@ class OrtContender(Contender):
 
     @classmethod
     def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
-        problem_text = runtime_problem()
-        if problem_text:
-            return problem_text
+        if runtime_problem():
+            return (
+                f"needs onnxruntime-training {TRAINING_VERSION} (installed: "
+                f"{runtime_distributions()}): {TRAINING_INSTALL}"
+            )
         try:
             check_device(device)
         except OrtBenchError as e:

@@ -1,0 +1,33 @@
+"""The ``ortbench`` command (also ``python -m ortbench``): :func:`ortbench.cli.main`, or one
+line naming the extras when no onnxruntime build is installed."""
+
+from __future__ import annotations
+
+import sys
+
+from .install import MissingRuntimeError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; exit status 2 with one line on stderr when onnxruntime is missing.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The command's arguments; ``sys.argv[1:]`` when None.
+
+    Returns
+    -------
+    int
+        The command's exit status.
+    """
+    try:
+        from .cli import main as run
+    except MissingRuntimeError as e:
+        print(f"ortbench: error: {e}", file=sys.stderr)
+        return 2
+    return run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
