@@ -106,7 +106,7 @@ def _profile(args: argparse.Namespace) -> int:
         raise OrtBenchError(
             f"unknown contender {args.contender!r}: expected one of {list(CONTENDERS)}"
         )
-    if args.batch_size < 1 or args.epochs < 1:
+    if args.batch_size < 1 or (args.epochs is not None and args.epochs < 1):
         raise OrtBenchError("--batch-size and --epochs must be >= 1")
     if not 0 <= args.min_fraction < 1:
         raise OrtBenchError(f"--min-fraction must be in [0, 1), got {args.min_fraction}")
@@ -223,7 +223,9 @@ def _parser() -> argparse.ArgumentParser:
     profiling.add_argument("--problem", default="mlp", choices=PROBLEMS)
     profiling.add_argument("--dataset", default="make_regression", choices=DATASETS)
     profiling.add_argument("--batch-size", type=int, default=15)
-    profiling.add_argument("--epochs", type=int, default=3)
+    profiling.add_argument(
+        "--epochs", type=int, help="steady epochs to profile (default: about 2 s of them)"
+    )
     profiling.add_argument("--device", default="cpu", choices=DEVICES)
     profiling.add_argument(
         "--min-fraction", type=float, default=0.001, help="cut call-tree nodes below this share"
