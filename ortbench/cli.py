@@ -19,6 +19,7 @@ from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_mat
 from .bench.problems import PROBLEMS, make_problem
 from .bench.store import RESULTS_CSV, ResultsWriter
 from .profiling.driver import ProfileRequest, profile
+from .progress import Progress
 from .report.html import write_index
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
@@ -46,12 +47,16 @@ def _integers(values: list[str]) -> tuple[int, ...]:
 
 
 def _progress(start: float):
+    """Cells as they finish, with the time left: a bar on a terminal, else one line each."""
+    shown: list[Progress] = []
+
     def report(done: int, total: int, cell: Cell, row: dict) -> None:
         status = row["status"]
         if status == "ok":
             status = f"{format_seconds(row['seconds_per_step'])} per step"
-        elapsed = time.perf_counter() - start
-        print(f"[{done}/{total} {elapsed:4.0f}s] {cell.label}: {status}", file=sys.stderr)
+        if not shown:
+            shown.append(Progress(total, "ortbench bench", "cell"))
+        shown[0].step(f"{cell.label}: {status}", time.perf_counter() - start)
 
     return report
 

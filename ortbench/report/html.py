@@ -53,7 +53,8 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1340px
   padding: 0 1em; color: #222; line-height: 1.4; }
 table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.88em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.55em; text-align: left;
-  vertical-align: top; overflow-wrap: anywhere; }
+  vertical-align: top; overflow-wrap: break-word; }
+td.text { white-space: nowrap; }
 th { background: #f3f3f3; font-weight: 600; }
 th.num, td.num { text-align: right; font-variant-numeric: tabular-nums;
   overflow-wrap: normal; }
@@ -110,18 +111,20 @@ def _results_section(results: pd.DataFrame) -> str:
         median = row.get("seconds_per_step", math.nan) * 1e6
         low = row.get("seconds_per_step_min", math.nan) * 1e6
         high = row.get("seconds_per_step_max", math.nan) * 1e6
-        noise = (high - low) / 2
         cells = {
-            "seconds_per_step": round_to_noise(median, noise),
+            "seconds_per_step": round_to_noise(median, (high - low) / 2),
             "spread": ""
             if math.isnan(low)
-            else f"{round_to_noise(low, noise)} - {round_to_noise(high, noise)}",
+            else f"{round_to_noise(low, math.nan, 2)} - {round_to_noise(high, math.nan, 2)}",
             "peak_memory_mb": ""
             if math.isnan(row.get("peak_memory_mb", math.nan))
             else f"{row['peak_memory_mb']:.1f}",
         }
         rows.append({c: cells.get(c, _general(row.get(c, ""))) for c in TABLE_COLUMNS})
     shown = [c for c in TABLE_COLUMNS if any(r[c] for r in rows)]
+    # a column with one value in every row is said once, above the table
+    constant = [c for c in shown if len(rows) > 1 and len({r[c] for r in rows}) == 1]
+    shown = [c for c in shown if c not in constant]
     text = {"contender", "problem", "dataset", "device", "status"}
     kind = {c: "status" if c == "status" else "text" if c in text else "num" for c in shown}
     head = "".join(f"<th class='{kind[c]}'>{html.escape(TABLE_COLUMNS[c])}</th>" for c in shown)
@@ -129,7 +132,10 @@ def _results_section(results: pd.DataFrame) -> str:
         "<tr>" + "".join(f"<td class='{kind[c]}'>{r[c]}</td>" for c in shown) + "</tr>"
         for r in rows
     )
-    return f"<table class='results'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    common = ", ".join(f"{TABLE_COLUMNS[c]} {rows[0][c]}" for c in constant)
+    return (
+        f"<p>Every row: {common}. Times are rounded to half their min - max spread.</p>"
+    ) + f"<table class='results'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _environment_section(results: pd.DataFrame) -> str:
