@@ -20,6 +20,7 @@ from .bench.problems import PROBLEMS, make_problem
 from .bench.store import RESULTS_CSV, ResultsWriter
 from .profiling.driver import ProfileRequest, profile
 from .progress import Progress
+from .report.compare_page import write_comparison_html
 from .report.html import write_index
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
@@ -164,6 +165,8 @@ def _compare(args: argparse.Namespace) -> int:
     text = comparison_markdown(comparison)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
+    if args.html:
+        write_comparison_html(comparison, args.html)
     print(text)
     return EXIT_FAILING if comparison.failing else 0
 
@@ -216,6 +219,9 @@ def _parser() -> argparse.ArgumentParser:
         "--warn", type=float, default=0.05, help="relative slowdown that warns (0.05)"
     )
     comparison.add_argument("--out", help="also write the report to this file")
+    comparison.add_argument(
+        "--html", metavar="FILE", help="also write a page with each cell's samples and verdict"
+    )
     comparison.set_defaults(func=_compare)
 
     profiling = commands.add_parser(

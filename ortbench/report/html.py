@@ -58,6 +58,7 @@ td.text { white-space: nowrap; }
 th { background: #f3f3f3; font-weight: 600; }
 th.num, td.num { text-align: right; font-variant-numeric: tabular-nums;
   overflow-wrap: normal; }
+td.num { white-space: nowrap; }
 td.status { max-width: 22em; }
 pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 0.8em; }
 figure { margin: 1em 0; }
@@ -148,6 +149,31 @@ def _environment_section(results: pd.DataFrame) -> str:
     return f"<table>{rows}</table>"
 
 
+def html_page(title: str, body: str, style: str = "") -> str:
+    """A whole page: ``title`` as its title and only h1, ``body`` below, no external file.
+
+    Parameters
+    ----------
+    title : str
+        Plain text.
+    body : str
+        HTML.
+    style : str
+        CSS added to the shared style sheet.
+
+    Returns
+    -------
+    str
+        The page (an empty icon keeps browsers from asking the server for one).
+    """
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<link rel='icon' href='data:,'>"
+        f"<title>{html.escape(title)}</title><style>{STYLE}{style}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n"
+    )
+
+
 def write_index(run_dir: str | Path) -> Path:
     """Write ``index.html`` (and ``summary.md`` when the folder has bench results)."""
     run_dir = Path(run_dir)
@@ -174,14 +200,7 @@ def write_index(run_dir: str | Path) -> Path:
         sections.append(_section("Environment", _environment_section(results)))
     if not sections:
         sections.append("<p>This folder holds no ortbench results or profiles yet.</p>")
-    page = (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>ortbench: {html.escape(run_dir.name)}</title>"
-        f"<style>{STYLE}{profile_page.STYLE}</style></head>"
-        f"<body><h1>ortbench: {html.escape(run_dir.name)}</h1>\n"
-        + "\n".join(sections)
-        + "\n</body></html>\n"
-    )
+    page = html_page(f"ortbench: {run_dir.name}", "\n".join(sections), profile_page.STYLE)
     path = run_dir / INDEX_HTML
     path.write_text(page, encoding="utf-8")
     return path
