@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import math
 import re
 import sys
 from html.parser import HTMLParser
@@ -19,6 +20,8 @@ from ortbench.profiling import ort_profile, pyspy
 from ortbench.profiling.calltree import CallTree, profile_call, short_path
 from ortbench.profiling.hotspots import hotspots_markdown
 from ortbench.profiling.steps import steps_markdown
+from ortbench.report.html import round_to_noise
+from ortbench.report.plots import coinciding
 from ortbench.report.profile_page import calltree_html
 from ortbench.training import ForwardBackwardTrainer, LearningRateSGD
 from ortbench.training.runtime import profiled_sessions
@@ -411,4 +414,30 @@ def test_profile_rejects_bad_input(capsys):
     assert main(["profile", "ort-fwbw", "--batch-size", "0"]) == 2
 
 
-_ = np  # numpy is imported for fixtures' dtypes
+def test_short_paths_name_no_folder_of_the_machine():
+    assert (
+        short_path(json.__file__)
+        == f"python{sys.version_info[0]}.{sys.version_info[1]}/json/__init__.py"
+    )
+    assert (
+        short_path(pytest.__file__).startswith("pytest/") or "site-packages" not in pytest.__file__
+    )
+
+
+def test_round_to_noise():
+    assert [round_to_noise(152.34, noise) for noise in (12, 0.3, 0.03, 400)] == [
+        "150",
+        "152",
+        "152",
+        "150",
+    ]
+    assert round_to_noise(1.2345, 0.01) == "1.23"
+    assert round_to_noise(27_200.0, 14_000.0) == "27000"  # 2 digits even when noisier
+    assert round_to_noise(0.00123, math.nan) == "0.00123" and round_to_noise(math.nan, 1) == ""
+
+
+def test_coinciding_curves_are_named():
+    a = np.array([1.0, 0.5, 0.25])
+    same = coinciding({"sklearn": a, "full": a * (1 + 1e-5), "fwbw": a.copy(), "nesterov": a / 2})
+    assert same == {"full": "sklearn", "fwbw": "sklearn"}
+    assert coinciding({"x": a, "y": a[:2]}) == {}

@@ -163,9 +163,9 @@ def strip_svg(before: Measurement | None, after: Measurement | None, color: str)
         )
     unit = (before or after).unit
     marks.append(
-        f"<text x='{LEFT}' y='{HEIGHT - 2}'>{html.escape(format_value(low, unit))}</text>"
+        f"<text x='{LEFT}' y='{HEIGHT - 2}'>{html.escape(format_value(min(values), unit))}</text>"
         f"<text x='{WIDTH - PAD}' y='{HEIGHT - 2}' text-anchor='end'>"
-        f"{html.escape(format_value(high, unit))}</text>"
+        f"{html.escape(format_value(max(values), unit))}</text>"
     )
     return (
         f"<svg class='strip' width='{WIDTH}' height='{HEIGHT}' viewBox='0 0 {WIDTH} {HEIGHT}' "

@@ -84,19 +84,21 @@ def round_to_noise(value: float, noise: float, digits: int = 3) -> str:
         Its uncertainty, for example half the spread of repeated measurements; NaN or 0
         when unknown.
     digits : int
-        Significant digits shown when the noise is unknown, and at most otherwise.
+        Significant digits shown when the noise is unknown, and at most otherwise; at
+        least 2 are shown.
 
     Returns
     -------
     str
-        The rounded value ("" for NaN): 152.34 with noise 12 reads "150".
+        The rounded value ("" for NaN): 152.34 with noise 12 reads "150", with noise 0.3
+        "152", with noise 400 "150".
     """
     if value is None or math.isnan(value):
         return ""
     magnitude = math.floor(math.log10(abs(value))) if value else 0
     decimals = digits - 1 - magnitude
-    if noise and not math.isnan(noise) and noise > 0:
-        decimals = min(decimals, -math.floor(math.log10(noise)))
+    if noise and not math.isnan(noise) and noise > 0:  # never fewer than 2 digits
+        decimals = max(min(decimals, -math.floor(math.log10(noise))), 1 - magnitude)
     return f"{round(value, decimals):.{max(decimals, 0)}f}"
 
 
