@@ -394,9 +394,13 @@ def walk(node: dict):
         yield from walk(child)
 
 
-def test_report_of_a_bench_run(tmp_path):
+def test_report_of_a_bench_run(tmp_path, capsys):
     assert main(["bench", "--quick", "--repeat", "2", "--epochs", "1", "--out", str(tmp_path)]) == 0
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    progress = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[ortbench bench]")]
+    assert len(progress) == 8 and "\r" not in "".join(progress)  # one line per cell
+    assert all(re.search(r"s left\)$", x) for x in progress[:-1]), progress
+    assert progress[-1].startswith("[ortbench bench] cell 8/8 ort-fwbw-nesterov mlp/")
     (run / "index.html").unlink()
     assert main(["report", str(run)]) == 0
     parser = _Links()
