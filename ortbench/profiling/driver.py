@@ -142,10 +142,12 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
         notes.append(f"py-spy: no flame graph: {info['flamegraph_problem']}")
     else:
         share = pyspy.share_under(folder / "profile.speedscope.json", EPOCH_LOOP)
-        info["epoch_loop_share"] = share
+        info["epoch_loop_share"] = share or None  # None: not one of ortbench's trainers
         notes.append(
             f"py-spy: flamegraph.svg, profile.speedscope.json; {share:.0%} of the samples "
             f"are under the epoch loop (`{EPOCH_LOOP}`)."
+            if share
+            else "py-spy: flamegraph.svg, profile.speedscope.json."
         )
     (folder / PROFILE_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
     (folder / "profile.md").write_text("\n".join(notes) + "\n", encoding="utf-8")
