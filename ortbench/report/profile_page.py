@@ -44,6 +44,7 @@ object.flamegraph { width: 100%; border: 1px solid #eee; }
 .calltree details > summary .name::before { content: "\\25B8  "; }
 .calltree details[open] > summary .name::before { content: "\\25BE  "; }
 .calltree .row .name::before { content: "\\2022  "; color: #aaa; }
+.calltree .head .name::before { content: none; }
 .calltree .ref { color: #888; font-style: italic; }
 """
 
