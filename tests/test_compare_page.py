@@ -11,7 +11,8 @@ import pytest
 
 from ortbench.bench.store import COLUMNS, ResultsWriter
 from ortbench.cli import main
-from ortbench.report.compare_page import LEFT, PAD, WIDTH
+from ortbench.report.compare_page import LEFT, PAD, WIDTH, strip_svg
+from ortbench.report.resultsets import Measurement
 
 RNG = np.random.RandomState(1)
 #: eight timings of 1 ms with 2% noise
@@ -87,3 +88,24 @@ def test_compare_page_shows_samples_and_verdicts(tmp_path):
     assert sorted(dots) == sorted(head)  # same samples, same places
     counter = found[("unchanged", "runs_per_step", "ort-full")]
     assert "<circle" not in counter and "2</td>" in counter  # a counter: values, no samples
+
+
+def test_strip_draws_intervals_when_there_are_no_samples():
+    before = Measurement(1.0, "seconds", ci=(0.9, 1.1))
+    after = Measurement(2.0, "seconds", ci=(1.9, 2.1))
+    svg = strip_svg(before, after, "red")
+    assert "<circle" not in svg
+
+    def x(value):  # the range of all values, 5% margins
+        low, high = 0.9 - 0.06, 2.1 + 0.06
+        return LEFT + (WIDTH - LEFT - PAD) * (value - low) / (high - low)
+
+    bars = re.findall(
+        r"<line x1='([\d.]+)' x2='([\d.]+)' y1='(\d+)' y2='\d+' stroke='[^']+' stroke-width='5'",
+        svg,
+    )
+    assert [(float(a), float(b), int(y)) for a, b, y in bars] == [
+        pytest.approx((x(0.9), x(1.1), 12), abs=0.06),
+        pytest.approx((x(1.9), x(2.1), 30), abs=0.06),
+    ]
+    assert strip_svg(None, Measurement(None, "seconds"), "red") == ""  # nothing measured
