@@ -21,8 +21,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..bench.contenders import make_contender
 from ..bench.problems import make_problem
 from ..training.runtime import profiled_sessions
@@ -88,9 +86,8 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
     plain = contender().fit(WARMUP_EPOCHS)
     plain_seconds = min(plain.seconds_per_step(1) for _ in range(MIN_EPOCHS))  # least disturbed
     del plain
-    epochs = request.epochs or int(
-        np.clip(math.ceil(WINDOW_SECONDS / (plain_seconds * per_epoch)), MIN_EPOCHS, MAX_EPOCHS)
-    )
+    enough = math.ceil(WINDOW_SECONDS / (plain_seconds * per_epoch))
+    epochs = request.epochs or min(max(enough, MIN_EPOCHS), MAX_EPOCHS)
     info = {**asdict(request), "epochs": epochs, "warmup_epochs": WARMUP_EPOCHS}
     notes = [
         f"# Profile of {request.contender}",
