@@ -133,7 +133,12 @@ def _profile(args: argparse.Namespace) -> int:
         raise OrtBenchError(f"{args.contender} cannot run this cell: {e}") from None
     folder = _new_folder(Path(args.out), run_id_now())
     print(f"ortbench profile: writing {folder}", file=sys.stderr)
-    profile_folder = profile(request, folder, log=lambda line: print(line, file=sys.stderr))
+    try:
+        profile_folder = profile(request, folder, log=lambda line: print(line, file=sys.stderr))
+    except KeyboardInterrupt:
+        write_index(folder)
+        print(f"\nortbench: interrupted: what was profiled is kept in {folder}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     index = write_index(folder)
     print((profile_folder / "profile.md").read_text(encoding="utf-8"))
     print(f"ortbench profile: {index} written", file=sys.stderr)

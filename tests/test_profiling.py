@@ -371,6 +371,19 @@ def test_profile_page_says_why_there_is_no_flame_graph(tmp_path, monkeypatch):
     assert "class='flamegraph'" not in page
 
 
+def test_an_interrupted_profile_keeps_what_it_wrote(tmp_path, monkeypatch, capsys):
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pyspy, "record", interrupt)
+    argv = ["profile", "ort-fwbw", "--epochs", "1", "--out", str(tmp_path)]
+    assert main(argv) == 130
+    assert "interrupted: what was profiled is kept in" in capsys.readouterr().err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert (run / "profile-ort-fwbw" / "calltree.txt").stat().st_size > 0
+    assert "Where a step goes" in (run / "index.html").read_text()
+
+
 def test_call_tree_page_nests_details_heaviest_first():
     tree = CallTree.from_stats(profile_call(workload)).to_json()
     page = calltree_html(tree)
