@@ -18,6 +18,7 @@ import pytest
 from ortbench.cli import main
 from ortbench.profiling import ort_profile, pyspy
 from ortbench.profiling.calltree import CallTree, profile_call, short_path
+from ortbench.profiling.driver import MAX_EPOCHS, MIN_EPOCHS, WINDOW_SECONDS, steady_epochs
 from ortbench.profiling.hotspots import hotspots_markdown
 from ortbench.profiling.steps import steps_markdown
 from ortbench.report.html import round_to_noise
@@ -140,6 +141,7 @@ def test_operator_table_of_a_profiled_trainer(regression, mlp_onnx, tmp_path):
 
 PROTOCOL_SCRIPT = """
 import sys
+from ortbench.profiling.driver import MAX_EPOCHS, MIN_EPOCHS, WINDOW_SECONDS, steady_epochs
 from ortbench.profiling.calltree import short_path
 
 def spin_while_building():
@@ -436,6 +438,12 @@ def test_short_paths_name_no_folder_of_the_machine():
         short_path(json.__file__)
         == f"python{sys.version_info[0]}.{sys.version_info[1]}/json/__init__.py"
     )
+
+
+def test_steady_epochs_fill_the_window():
+    assert steady_epochs(0.0015) == math.ceil(WINDOW_SECONDS / 0.0015)  # fast epochs: many
+    assert steady_epochs(WINDOW_SECONDS / 10) == 10
+    assert steady_epochs(10.0) == MIN_EPOCHS and steady_epochs(1e-9) == MAX_EPOCHS
 
 
 def test_round_to_noise():

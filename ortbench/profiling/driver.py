@@ -86,8 +86,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
     plain = contender().fit(WARMUP_EPOCHS)
     plain_seconds = min(plain.seconds_per_step(1) for _ in range(MIN_EPOCHS))  # least disturbed
     del plain
-    enough = math.ceil(WINDOW_SECONDS / (plain_seconds * per_epoch))
-    epochs = request.epochs or min(max(enough, MIN_EPOCHS), MAX_EPOCHS)
+    epochs = request.epochs or steady_epochs(plain_seconds * per_epoch)
     info = {**asdict(request), "epochs": epochs, "warmup_epochs": WARMUP_EPOCHS}
     notes = [
         f"# Profile of {request.contender}",
@@ -149,6 +148,23 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
     (folder / PROFILE_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
     (folder / "profile.md").write_text("\n".join(notes) + "\n", encoding="utf-8")
     return folder
+
+
+def steady_epochs(epoch_seconds: float) -> int:
+    """Epochs that fill :data:`WINDOW_SECONDS`, within [MIN_EPOCHS, MAX_EPOCHS].
+
+    Parameters
+    ----------
+    epoch_seconds : float
+        The time of one epoch without a profiler.
+
+    Returns
+    -------
+    int
+        The default number of profiled epochs.
+    """
+    enough = math.ceil(WINDOW_SECONDS / epoch_seconds) if epoch_seconds > 0 else MAX_EPOCHS
+    return min(max(enough, MIN_EPOCHS), MAX_EPOCHS)
 
 
 def _runtime_profile(
