@@ -1,7 +1,7 @@
 """``ortbench profile``: profile one contender's training run with every profiler.
 
-Every profiler looks at the same window: the steady epochs that follow the build and a
-warm-up epoch. Writes into ``<out>/profile-<contender>/``: ``calltree.txt`` and
+The profilers look at the steady epochs that follow the build and a warm-up epoch
+(onnxruntime's profiler at the first of them only). Writes into ``<out>/profile-<contender>/``: ``calltree.txt`` and
 ``calltree.json`` (cProfile over the window), ``calltree-build.txt`` and
 ``calltree-build.json`` (cProfile over the build and the warm-up epoch), ``hotspots.md``,
 ``steps.md``, ``operators.csv``/``operators.md`` and the raw traces in ``onnxruntime/``

@@ -82,9 +82,10 @@ def profile_section(folder: Path, run_dir: Path) -> str:
 def _what_ran(info: dict) -> str:
     return (
         f"<p>{html.escape(info['problem'])} on {html.escape(info['dataset'])}, batch size "
-        f"{info['batch_size']}, {html.escape(info['device'])}. Every profiler watched the same "
-        f"steady window: {info['epochs']} epochs after the build and "
-        f"{info['warmup_epochs']} warm-up epoch; the build has its own call tree below.</p>"
+        f"{info['batch_size']}, {html.escape(info['device'])}. cProfile and py-spy watched "
+        f"the same steady window, {info['epochs']} epochs after the build and "
+        f"{info['warmup_epochs']} warm-up epoch, and onnxruntime's profiler its first "
+        "epochs; the build has its own call tree below.</p>"
     )
 
 
