@@ -3,8 +3,9 @@
 The profiled command runs in its own process and follows a small protocol on its standard
 streams: it prints ``ready`` once it has built its model and run its warm-up, waits for a
 line on its standard input, runs the part to profile, prints ``done`` and exits. py-spy
-attaches to it (``record --pid``) between ``ready`` and that line, so the flame graph holds
-the steady epochs only, not imports, model building or the interpreter's exit.
+attaches to it (``record --pid``) between ``ready`` and that line and is stopped at
+``done``, so the flame graph holds the steady epochs only, not imports, model building or
+the interpreter's exit.
 
 Never ``--gil``: onnxruntime releases the GIL inside its runs, which would then vanish from
 the profile. Where py-spy is missing or cannot attach (no ptrace rights, a container without
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -112,6 +114,8 @@ def _record_once(
             run.stdin.write("go\n")
             run.stdin.flush()
             finished = run.stdout.readline().strip() == DONE
+            if finished:  # stop sampling now: the interpreter's shutdown is no training
+                spy.send_signal(signal.SIGINT)
             run.wait(timeout)
             _, spy_errors = spy.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
