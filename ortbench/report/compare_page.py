@@ -62,9 +62,10 @@ def comparison_html(comparison: Comparison) -> str:
     parts = [
         f"<h2>{headline}: {html.escape(tally)}</h2>",
         f"<p>BASE: {html.escape(comparison.base)}<br>HEAD: {html.escape(comparison.head)}</p>",
-        f"<p>A change counts when it is statistically significant and beyond "
-        f"{comparison.threshold:.0%}; a significant slowdown beyond {comparison.warn:.0%} "
-        f"warns; counters regress at any increase. Ratio: HEAD / BASE. In each strip, "
+        f"<p>A slowdown counts when it is statistically significant and beyond "
+        f"{comparison.threshold:.0%} (beyond {comparison.warn:.0%} it warns), a speed-up "
+        f"when significant and beyond {comparison.warn:.0%}; counters regress at any "
+        f"increase. Ratio: HEAD / BASE. In each strip, "
         f"the upper line is BASE and the lower line HEAD: dots are the timing samples, a "
         f"bar the 99% confidence interval, a tick the value compared.</p>",
     ]
