@@ -85,9 +85,13 @@ def _slower_copy(run: Path, head: Path, contender: str, factor: float) -> Path:
 def site(browser, tmp_path_factory):
     """The three pages under one folder, served over HTTP on this machine only."""
     root = tmp_path_factory.mktemp("site")
-    assert main(["bench", "--quick", "--repeat", "3", "--epochs", "1", "--out", str(root)]) == 0
+    # screenshots show a whole --quick run and a default profile; the checks need less
+    short = not os.environ.get("ORTBENCH_SCREENSHOTS")
+    bench_options = ["--repeat", "3", "--epochs", "1"] if short else []
+    assert main(["bench", "--quick", *bench_options, "--out", str(root)]) == 0
     (bench,) = [p for p in root.iterdir() if p.is_dir()]
-    assert main(["profile", "ort-fwbw", "--epochs", "30", "--out", str(root / "profile")]) == 0
+    profile_options = ["--epochs", "30"] if short else []
+    assert main(["profile", "ort-fwbw", *profile_options, "--out", str(root / "profile")]) == 0
     (profile,) = (root / "profile").iterdir()
     head = _slower_copy(bench, root / "head", "ort-fwbw", 2.0)
     # 1 (regressed) or 0 (a slowdown the few samples cannot call significant)

@@ -28,6 +28,7 @@ TABLE_COLUMNS = {
     "device": "device",
     "seconds_per_step": "time per step (µs, median)",
     "spread": "min - max (µs)",
+    "seconds_per_fit_overhead": "fixed cost per fit (ms)",
     "peak_memory_mb": "peak memory (MB)",
     "final_train_loss": "final train loss",
     "validation_score": "validation score",
@@ -119,6 +120,9 @@ def _results_section(results: pd.DataFrame) -> str:
             "spread": ""
             if math.isnan(low)
             else f"{round_to_noise(low, math.nan, 2)} - {round_to_noise(high, math.nan, 2)}",
+            "seconds_per_fit_overhead": round_to_noise(
+                row.get("seconds_per_fit_overhead", math.nan) * 1e3, math.nan, 2
+            ),
             "peak_memory_mb": ""
             if math.isnan(row.get("peak_memory_mb", math.nan))
             else f"{row['peak_memory_mb']:.1f}",

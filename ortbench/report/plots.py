@@ -101,8 +101,11 @@ def _loss_curves(results: pd.DataFrame, curves: pd.DataFrame, path: Path) -> Non
                 labels.setdefault(contender, line)
             ax.set_title(f"{_title(key)}, batch size {batch_size}", fontsize=10)
             ax.set_xlabel("epoch")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlim(0.5, max(cell.epoch.max(), 1) + 0.5)
+            last = int(cell.epoch.max()) if len(cell) else 1
+            ax.xaxis.set_major_locator(
+                FixedLocator(range(1, last + 1)) if last <= 12 else MaxNLocator(integer=True)
+            )
+            ax.set_xlim(0.5, last + 0.5)
             ax.set_ylabel("training loss")
             ax.grid(alpha=0.3)
     for ax in axes[panel:]:
