@@ -8,7 +8,8 @@ the test also saves a PNG of each page there (the README's screenshots).
 
 from __future__ import annotations
 
-import json
+import itertools
+import math
 import os
 import shutil
 import tempfile
@@ -17,13 +18,15 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from ortbench.bench.store import COLUMNS, ResultsWriter
 from ortbench.cli import main
 
 WIDTH = 1400
 #: Screenshots stop at this height: the top of a long page is what a reader sees first.
-SCREENSHOT_HEIGHT = 2600
+SCREENSHOT_HEIGHT = 3400
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -66,19 +69,26 @@ def browser():
     shutil.rmtree(profile, ignore_errors=True)
 
 
-def _slower_copy(run: Path, head: Path, contender: str, factor: float) -> Path:
-    """A copy of a bench run folder with one contender's times multiplied by ``factor``."""
-    shutil.copytree(run, head)
-    lines = (head / "results.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    for record in records:
-        if record["contender"] == contender and record["status"] == "ok":
-            record["seconds_per_step"] *= factor
-            record["seconds_per_step_samples"] = [
-                factor * s for s in record["seconds_per_step_samples"]
-            ]
-    (head / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    return head
+#: HEAD's time per step over BASE's, per contender, in the compare page's two run folders.
+CHANGES = {"ort-full": 1.0, "ort-fwbw": 2.0, "ort-fwbw-nesterov": 0.75}
+
+
+def _run_folder(folder: Path, head: bool) -> Path:
+    """A bench run folder of three contenders at two batch sizes, 10 samples with 2% noise."""
+    rng = np.random.RandomState(0)  # the same noise on both sides: ratios are exact
+    writer = ResultsWriter(folder)
+    for batch_size, contender in itertools.product((15, 256), CHANGES):
+        base = 1e-4 * batch_size**0.5
+        samples = base * (CHANGES[contender] if head else 1.0) * (1 + 0.02 * rng.randn(10))
+        row = dict.fromkeys(COLUMNS, math.nan)
+        row.update(
+            run_id=folder.name, contender=contender, problem="mlp",
+            dataset="make_regression", batch_size=batch_size, device="cpu", status="ok",
+            seconds_per_step=float(np.median(samples)), runs_per_step=2.0,
+            ortvalues_per_step=0.0,
+        )  # fmt: skip
+        writer.append(row, [float(s) for s in samples], [])
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +103,8 @@ def site(browser, tmp_path_factory):
     profile_options = ["--epochs", "30"] if short else []
     assert main(["profile", "ort-fwbw", *profile_options, "--out", str(root / "profile")]) == 0
     (profile,) = (root / "profile").iterdir()
-    head = _slower_copy(bench, root / "head", "ort-fwbw", 2.0)
-    # 1 (regressed) or 0 (a slowdown the few samples cannot call significant)
-    assert main(["compare", str(bench), str(head), "--html", str(root / "compare.html")]) in (0, 1)
+    before, after = _run_folder(root / "base", False), _run_folder(root / "head", True)
+    assert main(["compare", str(before), str(after), "--html", str(root / "compare.html")]) == 1
     handler = partial(_QuietHandler, directory=str(root))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -189,12 +198,19 @@ def test_profile_page(browser, site):
 
 def test_compare_page(browser, site):
     _open(browser, site["compare"])
-    ratios = browser.execute_script(
-        "return [...document.querySelectorAll('table.verdicts tr')]"
-        ".filter(r => r.textContent.includes('contender=ort-fwbw,') && "
-        "r.textContent.includes('seconds_per_step')).map(r => r.cells[5].textContent)"
+    verdicts = browser.execute_script(
+        "return [...document.querySelectorAll('table.verdicts tr')].filter(r => r.cells[0]"
+        " && r.textContent.includes('seconds_per_step')).map(r => "
+        "[r.cells[0].childNodes[1].textContent.trim(), r.cells[2].textContent.split(',')[0], r.cells[5].textContent])"
     )
-    assert ratios == ["2.00", "2.00"]  # ort-fwbw at both batch sizes
-    strips = browser.execute_script("return document.querySelectorAll('svg.strip circle').length")
-    assert strips >= 2 * 2 * 3  # BASE and HEAD samples of both cells
+    assert sorted(verdicts) == [
+        ["improved", "contender=ort-fwbw-nesterov", "0.75"],
+        ["improved", "contender=ort-fwbw-nesterov", "0.75"],
+        ["regressed", "contender=ort-fwbw", "2.00"],
+        ["regressed", "contender=ort-fwbw", "2.00"],
+        ["unchanged", "contender=ort-full", "1.00"],
+        ["unchanged", "contender=ort-full", "1.00"],
+    ]
+    dots = browser.execute_script("return document.querySelectorAll('svg.strip circle').length")
+    assert dots == 6 * 2 * 10  # BASE's and HEAD's samples of each timed cell
     _check_page(browser, "compare")

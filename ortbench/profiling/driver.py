@@ -84,16 +84,21 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
     per_epoch = problem.steps_per_epoch(request.batch_size)
     log("[1/4] timing steps without a profiler")
     plain = contender().fit(WARMUP_EPOCHS)
-    plain_seconds = min(plain.seconds_per_step(1) for _ in range(MIN_EPOCHS))  # least disturbed
+    epoch_seconds = min(plain.time_fit(1) for _ in range(MIN_EPOCHS))  # the least disturbed
+    epochs = request.epochs or steady_epochs(epoch_seconds)
+    runtime_epochs = min(epochs, math.ceil(RUNTIME_STEPS / per_epoch))
+    # the onnxruntime window's epochs without a profiler, timed as the profiled ones are
+    plain_seconds = min(plain.time_fit(runtime_epochs) for _ in range(MIN_EPOCHS)) / (
+        runtime_epochs * per_epoch
+    )
     del plain
-    epochs = request.epochs or steady_epochs(plain_seconds * per_epoch)
     info = {**asdict(request), "epochs": epochs, "warmup_epochs": WARMUP_EPOCHS}
     notes = [
         f"# Profile of {request.contender}",
         "",
         f"{request.problem} on {request.dataset}, batch size {request.batch_size}, "
         f"{request.device}: {epochs} epochs of {per_epoch} steps profiled after the build and "
-        f"{WARMUP_EPOCHS} warm-up epoch ({plain_seconds * 1e6:.1f} µs per step unprofiled).",
+        f"{WARMUP_EPOCHS} warm-up epoch.",
         "",
     ]
     log(f"[2/4] cProfile over the build, then over {epochs} steady epochs")
@@ -113,7 +118,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
         _runtime_profile(
             contender,
             per_epoch,
-            min(epochs, math.ceil(RUNTIME_STEPS / per_epoch)),
+            runtime_epochs,
             plain_seconds,
             folder / "onnxruntime",
             folder,

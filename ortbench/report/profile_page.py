@@ -15,8 +15,16 @@ from pathlib import Path
 from ..profiling.driver import EPOCH_LOOP, PROFILE_JSON
 from .markdown import markdown_to_html
 
-#: Profile files shown inline, in this order (each starts with its own heading).
-MARKDOWN_FILES = ("steps.md", "hotspots.md", "operators.md")
+#: Profile files shown inline, in this order: markdown files (their own heading) and call
+#: trees (with a title). Where a step goes, then the Python calls of those steps, then the
+#: details.
+SECTIONS = (
+    ("steps.md", None),
+    ("calltree.json", "Call tree of the steady epochs (cProfile)"),
+    ("hotspots.md", None),
+    ("operators.md", None),
+    ("calltree-build.json", "Call tree of the build and the warm-up epoch (cProfile)"),
+)
 #: Call-tree nodes that take at least this share of the tree are shown open.
 OPEN_SHARE = 0.05
 CALLTREE_COLUMNS = (
@@ -55,20 +63,10 @@ def profile_section(folder: Path, run_dir: Path) -> str:
     info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
     parts = [_what_ran(info)] if info else []
     parts.append(_flame_graph(folder, run_dir, info))
-    for name in MARKDOWN_FILES:
+    for name, title in SECTIONS:
         path = folder / name
         if path.exists():
-            parts.append(markdown_to_html(path.read_text(encoding="utf-8"), top_level=3))
-    trees = (
-        ("calltree.json", "Call tree of the steady epochs (cProfile)"),
-        ("calltree-build.json", "Call tree of the build and the warm-up epoch (cProfile)"),
-    )
-    for name, title in trees:
-        path = folder / name
-        if path.exists():
-            tree = json.loads(path.read_text(encoding="utf-8"))
-            parts.append(f"<h3>{html.escape(title)}</h3>")
-            parts.append(calltree_html(tree))
+            parts.append(_tree(path, title) if title else _markdown(path))
     links = [
         f'<li><a href="{html.escape(p.relative_to(run_dir).as_posix())}">'
         f"{html.escape(p.relative_to(folder).as_posix())}</a></li>"
@@ -77,6 +75,15 @@ def profile_section(folder: Path, run_dir: Path) -> str:
     ]
     parts.append("<h3>Files</h3><ul class='files'>" + "".join(links) + "</ul>")
     return "\n".join(parts)
+
+
+def _markdown(path: Path) -> str:
+    return markdown_to_html(path.read_text(encoding="utf-8"), top_level=3)
+
+
+def _tree(path: Path, title: str) -> str:
+    tree = json.loads(path.read_text(encoding="utf-8"))
+    return f"<h3>{html.escape(title)}</h3>\n{calltree_html(tree)}"
 
 
 def _what_ran(info: dict) -> str:
