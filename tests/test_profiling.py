@@ -384,6 +384,8 @@ def test_an_interrupted_profile_keeps_what_it_wrote(tmp_path, monkeypatch, capsy
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert (run / "profile-ort-fwbw" / "calltree.txt").stat().st_size > 0
     assert "Where a step goes" in (run / "index.html").read_text()
+    assert "No flame graph" in (run / "index.html").read_text()
+    assert main(["report", str(run)]) == 0  # a run folder like any other
 
 
 def test_call_tree_page_nests_details_heaviest_first():

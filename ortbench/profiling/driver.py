@@ -101,6 +101,11 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
         f"{WARMUP_EPOCHS} warm-up epoch.",
         "",
     ]
+
+    def save() -> None:  # after each profiler: an interrupted profile keeps its notes
+        (folder / PROFILE_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
+        (folder / "profile.md").write_text("\n".join(notes) + "\n", encoding="utf-8")
+
     log(f"[2/4] cProfile over the build, then over {epochs} steady epochs")
     cell = contender()
     build = CallTree.from_stats(profile_call(lambda: cell.fit(WARMUP_EPOCHS)), request.min_fraction)
@@ -112,6 +117,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
             json.dumps(calls.to_json(), indent=1), encoding="utf-8"
         )
     (folder / "hotspots.md").write_text(hotspots_markdown(stats), encoding="utf-8")
+    save()
 
     log("[3/4] onnxruntime's profiler over the first steady epochs")
     notes.append(
@@ -124,6 +130,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
             folder,
         )
     )
+    save()
 
     log("[4/4] py-spy over the same window")
     command = [
@@ -150,8 +157,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
             if share
             else "py-spy: flamegraph.svg, profile.speedscope.json."
         )
-    (folder / PROFILE_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
-    (folder / "profile.md").write_text("\n".join(notes) + "\n", encoding="utf-8")
+    save()
     return folder
 
 
