@@ -171,7 +171,7 @@ def test_py_spy_samples_only_the_part_after_ready(tmp_path):
     text = " ".join(svg.itertext())
     assert "spin_in_ortbench" in text and "short_path" in text
     assert "spin_while_building" not in text  # sampling starts at "ready"
-    assert "/tmp" not in text and str(tmp_path) not in text  # no path of this machine
+    assert str(tmp_path) not in text  # the title names no folder of this machine
     speedscope = tmp_path / "profile.speedscope.json"
     assert pyspy.share_under(speedscope, "spin_in_ortbench") > 0.6
     assert pyspy.share_under(speedscope, "spin_while_building") == 0
