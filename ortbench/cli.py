@@ -28,6 +28,8 @@ from .bench.store import (
     usable_folder,
 )
 from .profiling.driver import ProfileRequest, profile
+from .progress import Progress
+from .report.compare_page import write_comparison_html
 from .report.html import write_index
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
@@ -55,12 +57,16 @@ def _integers(values: list[str]) -> tuple[int, ...]:
 
 
 def _progress(start: float):
+    """Cells as they finish, with the time left: a bar on a terminal, else one line each."""
+    shown: list[Progress] = []
+
     def report(done: int, total: int, cell: Cell, row: dict) -> None:
         status = row["status"]
         if status == "ok":
             status = f"{format_seconds(row['seconds_per_step'])} per step"
-        elapsed = time.perf_counter() - start
-        print(f"[{done}/{total} {elapsed:4.0f}s] {cell.label}: {status}", file=sys.stderr)
+        if not shown:
+            shown.append(Progress(total, "ortbench bench", "cell"))
+        shown[0].step(f"{cell.label}: {status}", time.perf_counter() - start)
 
     return report
 
@@ -111,7 +117,7 @@ def _profile(args: argparse.Namespace) -> int:
         raise OrtBenchError(
             f"unknown contender {args.contender!r}: expected one of {list(CONTENDERS)}"
         )
-    if args.batch_size < 1 or args.epochs < 1:
+    if args.batch_size < 1 or (args.epochs is not None and args.epochs < 1):
         raise OrtBenchError("--batch-size and --epochs must be >= 1")
     if not 0 <= args.min_fraction < 1:
         raise OrtBenchError(f"--min-fraction must be in [0, 1), got {args.min_fraction}")
@@ -132,7 +138,12 @@ def _profile(args: argparse.Namespace) -> int:
         raise OrtBenchError(f"{args.contender} cannot run this cell: {e}") from None
     folder = create_run_folder(args.out, run_id_now())
     print(f"ortbench profile: writing {folder}", file=sys.stderr)
-    profile_folder = profile(request, folder, log=lambda line: print(line, file=sys.stderr))
+    try:
+        profile_folder = profile(request, folder, log=lambda line: print(line, file=sys.stderr))
+    except KeyboardInterrupt:
+        write_index(folder)
+        print(f"\nortbench: interrupted: what was profiled is kept in {folder}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     index = write_index(folder)
     print((profile_folder / "profile.md").read_text(encoding="utf-8"))
     print(f"ortbench profile: {index} written", file=sys.stderr)
@@ -159,6 +170,8 @@ def _compare(args: argparse.Namespace) -> int:
         raise OrtBenchError(f"--warn must be between 0 and --threshold, got {args.warn}")
     if args.out:
         usable_file(args.out)
+    if args.html:
+        usable_file(args.html, "--html")
     comparison = compare(
         load_result_set(args.base), load_result_set(args.head), args.threshold, args.warn
     )
@@ -174,6 +187,8 @@ def _compare(args: argparse.Namespace) -> int:
             Path(args.out).write_text(text, encoding="utf-8")
         except OSError as e:
             raise OrtBenchError(f"cannot write {args.out}: {e.strerror or e}") from None
+    if args.html:
+        write_comparison_html(comparison, args.html)
     print(text)
     return EXIT_FAILING if comparison.failing else 0
 
@@ -238,6 +253,9 @@ def _parser() -> argparse.ArgumentParser:
         "--warn", type=float, default=0.05, help="relative slowdown that warns (0.05)"
     )
     comparison.add_argument("--out", help="also write the report to this file")
+    comparison.add_argument(
+        "--html", metavar="FILE", help="also write a page with each cell's samples and verdict"
+    )
     comparison.set_defaults(func=_compare)
 
     profiling = commands.add_parser(
@@ -250,7 +268,9 @@ def _parser() -> argparse.ArgumentParser:
     profiling.add_argument("--problem", default="mlp", choices=PROBLEMS)
     profiling.add_argument("--dataset", default="make_regression", choices=DATASETS)
     profiling.add_argument("--batch-size", type=int, default=15)
-    profiling.add_argument("--epochs", type=int, default=3)
+    profiling.add_argument(
+        "--epochs", type=int, help="steady epochs to profile (default: about 2 s of them)"
+    )
     profiling.add_argument("--device", default="cpu", choices=DEVICES)
     profiling.add_argument(
         "--min-fraction", type=float, default=0.001, help="cut call-tree nodes below this share"

@@ -160,7 +160,7 @@ def test_cli_bench_prints_the_summary(tmp_path, capsys):
     assert status == 0
     assert out.startswith("# ortbench bench: run ")
     assert "| 32 | ort-full |" in out
-    assert "[1/1" in err
+    assert "[ortbench bench] cell 1/1 ort-full" in err
     (folder,) = tmp_path.iterdir()
     assert {p.name for p in folder.iterdir()} >= {"results.csv", "summary.md", "speedup.png"}
 

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import gc
+import itertools
+import json
+import math
+import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from xml.etree import ElementTree
@@ -13,6 +18,12 @@ import pytest
 from ortbench.cli import main
 from ortbench.profiling import ort_profile, pyspy
 from ortbench.profiling.calltree import CallTree, profile_call, short_path
+from ortbench.profiling.driver import MAX_EPOCHS, MIN_EPOCHS, WINDOW_SECONDS, steady_epochs
+from ortbench.profiling.hotspots import hotspots_markdown
+from ortbench.profiling.steps import steps_markdown
+from ortbench.report.html import round_to_noise
+from ortbench.report.plots import coinciding
+from ortbench.report.profile_page import calltree_html
 from ortbench.training import ForwardBackwardTrainer, LearningRateSGD
 from ortbench.training.runtime import profiled_sessions
 
@@ -129,38 +140,170 @@ def test_operator_table_of_a_profiled_trainer(regression, mlp_onnx, tmp_path):
     assert table.share.sum() == pytest.approx(1.0)
 
 
-def test_py_spy_flame_graph_names_ortbench_functions(tmp_path):
-    if pyspy.find_py_spy() is None:
-        pytest.skip("py-spy is not installed")
-    status = tmp_path / "status"
-    script = tmp_path / "work.py"
-    script.write_text(
-        "import sys\n"
-        "from ortbench.profiling.calltree import short_path\n"
-        "def spin_in_ortbench():\n"
-        "    for _ in range(400000):\n"
-        "        short_path('site-packages/x.py')\n"
-        "spin_in_ortbench()\n"
-        f"open({str(status)!r}, 'w').write('ok')\n"
-    )
-    import sys
+PROTOCOL_SCRIPT = """
+import sys
+from ortbench.profiling.driver import MAX_EPOCHS, MIN_EPOCHS, WINDOW_SECONDS, steady_epochs
+from ortbench.profiling.calltree import short_path
 
-    problem = pyspy.record([sys.executable, str(script)], tmp_path, status)
+def spin_while_building():
+    for _ in range(300000):
+        short_path('site-packages/x.py')
+
+def spin_in_ortbench():
+    for _ in range(400000):
+        short_path('site-packages/x.py')
+
+spin_while_building()
+print('ready', flush=True)
+sys.stdin.readline()
+spin_in_ortbench()
+print('done', flush=True)
+"""
+
+
+def test_py_spy_samples_only_the_part_after_ready(tmp_path):
+    assert pyspy.find_py_spy() is not None, "py-spy is a runtime requirement"
+    script = tmp_path / "work.py"
+    script.write_text(PROTOCOL_SCRIPT)
+    problem = pyspy.record([sys.executable, str(script)], tmp_path)
     assert problem is None, problem
     svg = ElementTree.parse(tmp_path / "flamegraph.svg").getroot()
     assert svg.tag.endswith("svg")
     text = " ".join(svg.itertext())
     assert "spin_in_ortbench" in text and "short_path" in text
-    assert (tmp_path / "profile.speedscope.json").stat().st_size > 0
+    assert "spin_while_building" not in text  # sampling starts at "ready"
+    assert str(tmp_path) not in text  # the title names no folder of this machine
+    speedscope = tmp_path / "profile.speedscope.json"
+    assert pyspy.share_under(speedscope, "spin_in_ortbench") > 0.6
+    assert pyspy.share_under(speedscope, "spin_while_building") == 0
+
+
+def write_speedscope(path: Path, stacks: list[list[str]], weights: list[float]) -> Path:
+    names = sorted({name for stack in stacks for name in stack})
+    frames = [{"name": name, "file": "x.py", "line": 1} for name in names]
+    samples = [[names.index(name) for name in stack] for stack in stacks]
+    data = {
+        "shared": {"frames": frames},
+        "profiles": [{"type": "sampled", "samples": samples, "weights": weights}],
+    }
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_share_under_a_function_counts_weighted_samples(tmp_path):
+    stacks = [
+        ["main", "BaseTrainer.fit", "ForwardBackwardTrainer._run_epoch", "run"],
+        ["main", "BaseTrainer.fit", "FullTrainer._run_epoch"],
+        ["main", "BaseTrainer.fit", "BatchLoader.epoch"],
+        ["main", "import"],
+    ]
+    path = write_speedscope(tmp_path / "s.json", stacks, [3.0, 1.0, 2.0, 4.0])
+    assert pyspy.share_under(path, "_run_epoch") == pytest.approx(0.4)
+    assert pyspy.share_under(path, "fit") == pytest.approx(0.6)
+    assert pyspy.share_under(path, "epoch") == pytest.approx(0.2)  # not "_run_epoch"
+    assert pyspy.share_under(path, "absent") == 0
 
 
 def test_py_spy_failures_are_one_line(tmp_path):
-    status = tmp_path / "status"
-    reason = pyspy.record(["true"], tmp_path, status, py_spy=str(tmp_path / "no-py-spy"))
+    script = tmp_path / "work.py"
+    script.write_text(PROTOCOL_SCRIPT)
+    command = [sys.executable, str(script)]
+    reason = pyspy.record(command, tmp_path, py_spy=str(tmp_path / "no-py-spy"))
     assert reason.startswith("py-spy could not run") and "\n" not in reason
-    if pyspy.find_py_spy() is not None:  # the profiled command fails: said, not hidden
-        reason = pyspy.record(["false"], tmp_path, status)
-        assert reason.startswith("the profiled run did not finish") and "\n" not in reason
+    reason = pyspy.record(["false"], tmp_path)  # the run fails before its steady part
+    assert reason.startswith("the profiled run failed") and "\n" not in reason
+    crash = tmp_path / "crash.py"
+    crash.write_text("import sys\nprint('ready', flush=True)\nsys.stdin.readline()\n1 / 0\n")
+    reason = pyspy.record([sys.executable, str(crash)], tmp_path)
+    assert reason.startswith("the profiled run did not finish") and "ZeroDivisionError" in reason
+
+
+def markdown_rows(text: str, header: str) -> list[list[str]]:
+    """The body rows of the markdown table whose header line starts with ``header``."""
+    lines = text.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def percent(cell: str) -> float:
+    return float(cell.rstrip("%")) / 100
+
+
+def test_steps_split_synthetic_runs_into_phases():
+    steps = 4
+    # the agent runs forward then backward in one session, alternately
+    run_times = {
+        "ForwardBackwardTrainer_agent": [10.0, 30.0] * steps,
+        "ForwardBackwardTrainer_loss": [5.0] * steps,
+        "ForwardBackwardTrainer_update": [3.0, 5.0] * (steps // 2),
+        "some_other_session": [1000.0] * steps,  # not a trainer's phase: ignored
+    }
+    step_us = 60.0
+    rows = markdown_rows(steps_markdown(run_times, steps, step_us, 50.0), "| phase |")
+    table = {phase: (float(us), percent(share)) for phase, us, share in rows}
+    expected = {
+        "forward": 10.0,
+        "backward": 30.0,
+        "loss and its gradient": 5.0,
+        "update (penalty fused)": 4.0,
+        "outside onnxruntime": 60.0 - 10 - 30 - 5 - 4,
+    }
+    assert set(table) == set(expected)
+    for phase, us in expected.items():
+        assert table[phase][0] == pytest.approx(us, abs=0.05), phase
+        assert table[phase][1] == pytest.approx(us / step_us, abs=0.0005), phase
+
+
+class FakeStats:
+    """What hotspots_markdown reads of pstats.Stats: key -> (pc, nc, own, cumulative, callers)."""
+
+    def __init__(self, own: dict):
+        self.stats = {key: (1, calls, t, t, {}) for key, (calls, t) in own.items()}
+
+
+def test_hotspots_attribute_own_time_to_packages():
+    site = "/env/lib/python3.11/site-packages/"
+    here = str(Path(__file__).resolve().parents[1] / "ortbench" / "training" / "base.py")
+    own = {
+        (here, 95, "fit"): (1, 4.0),
+        (site + "numpy/_core/fromnumeric.py", 10, "take"): (7, 1.5),
+        ("~", 0, "<method 'take' of 'numpy.ndarray' objects>"): (7, 0.5),
+        (site + "onnxruntime/capi/onnxruntime_inference_collection.py", 1, "run"): (3, 1.0),
+        ("~", 0, "<built-in method onnxruntime.capi.onnxruntime_pybind11_state.run_forward>"): (
+            3,
+            6.0,
+        ),
+        (site + "sklearn/base.py", 5, "clone"): (2, 2.0),
+        ("/usr/lib/python3.11/json/decoder.py", 3, "decode"): (1, 1.0),
+        ("~", 0, "<built-in method builtins.len>"): (9, 4.0),
+    }
+    text = hotspots_markdown(FakeStats(own), top=3)
+    total = 20.0
+    packages = {p: (float(t), percent(s)) for p, t, s in markdown_rows(text, "| package |")}
+    expected = {
+        "onnxruntime": 7.0,
+        "ortbench": 4.0,
+        "numpy": 2.0,
+        "scikit-learn": 2.0,
+        "python": 5.0,
+    }
+    assert set(packages) == set(expected)
+    for package, seconds in expected.items():
+        assert packages[package][0] == pytest.approx(seconds), package
+        assert packages[package][1] == pytest.approx(seconds / total, abs=0.0005), package
+    functions = markdown_rows(text, "| function |")
+    assert [row[0] for row in functions] == [
+        "`~:0:<built-in method onnxruntime.capi.onnxruntime_pybind11_state.run_forward>`",
+        "`ortbench/training/base.py:95:fit`",
+        "`~:0:<built-in method builtins.len>`",
+    ]
+    assert [row[1] for row in functions] == ["onnxruntime", "ortbench", "python"]
+    assert [percent(row[4]) for row in functions] == pytest.approx([0.3, 0.2, 0.2])
 
 
 class _Links(HTMLParser):
@@ -170,36 +313,116 @@ class _Links(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
-        for name in ("src", "href"):
-            if attrs.get(name):
+        for name in ("src", "href", "data"):
+            if attrs.get(name) and not attrs[name].startswith("data:"):  # inline: no file
                 self.targets.append(attrs[name])
 
 
-@pytest.mark.training_build
-def test_profile_command_and_self_contained_report(tmp_path, capsys):
-    status = main(
-        ["profile", "ort-fwbw", "--batch-size", "15", "--epochs", "1", "--out", str(tmp_path)]
+def profiled_run(tmp_path: Path, *options: str) -> Path:
+    assert (
+        main(["profile", "ort-fwbw", "--batch-size", "15", *options, "--out", str(tmp_path)]) == 0
     )
-    assert status == 0
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    return run
+
+
+def headings(page: str) -> list[str]:
+    return [re.sub("<[^>]+>", "", h) for h in re.findall(r"<h\d[^>]*>(.*?)</h\d>", page)]
+
+
+@pytest.mark.training_build
+def test_profile_covers_the_epoch_loop_and_the_page_shows_it(tmp_path):
+    run = profiled_run(tmp_path, "--epochs", "150")
     folder = run / "profile-ort-fwbw"
     for name in ("calltree.txt", "calltree.json", "hotspots.md", "steps.md", "operators.csv"):
         assert (folder / name).stat().st_size > 0, name
     assert "| forward |" in (folder / "steps.md").read_text()
     assert any(op in (folder / "operators.md").read_text() for op in ("MatMul", "Gemm"))
+    # the steady epochs and the build in separate trees
+    steady, build = (
+        (folder / "calltree.txt").read_text(),
+        (folder / "calltree-build.txt").read_text(),
+    )
+    assert [numbers(x) for x in lines_by_name(steady)["_run_epoch"]] == [(150, 150)]
+    assert "_build" not in lines_by_name(steady) and "_build" in lines_by_name(build)
+    # the flame graph: the steady epochs, most samples under the epoch loop
+    share = pyspy.share_under(folder / "profile.speedscope.json", "_run_epoch")
+    assert share >= 0.8, share
+    assert pyspy.share_under(folder / "profile.speedscope.json", "_build") == 0
     page = (run / "index.html").read_text()
+    assert (
+        "<object class='flamegraph' type='image/svg+xml' data='profile-ort-fwbw/flamegraph.svg'"
+        in page
+    )
+    assert f"{share:.0%} of the samples are under" in page
+    titles = headings(page)
+    assert not [a for a, b in itertools.pairwise(titles) if a == b], titles  # no doubled heading
+    assert "<details open><summary" in page and "_run_epoch" in page
     parser = _Links()
     parser.feed(page)
     assert parser.targets, "the page links its files"
     for target in parser.targets:
         assert "://" not in target and not target.startswith("/"), target
         assert (run / target).is_file(), target
-    assert "flamegraph.svg" in page or "py-spy:" in (folder / "profile.md").read_text()
 
 
-def test_report_of_a_bench_run(tmp_path):
+@pytest.mark.training_build
+def test_profile_page_says_why_there_is_no_flame_graph(tmp_path, monkeypatch):
+    monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)
+    run = profiled_run(tmp_path, "--epochs", "1")
+    assert not (run / "profile-ort-fwbw" / "flamegraph.svg").exists()
+    page = (run / "index.html").read_text()
+    assert "<strong>No flame graph:</strong> py-spy is not installed (pip install" in page
+    assert "class='flamegraph'" not in page
+
+
+@pytest.mark.training_build
+def test_an_interrupted_profile_keeps_what_it_wrote(tmp_path, monkeypatch, capsys):
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pyspy, "record", interrupt)
+    argv = ["profile", "ort-fwbw", "--epochs", "1", "--out", str(tmp_path)]
+    assert main(argv) == 130
+    assert "interrupted: what was profiled is kept in" in capsys.readouterr().err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert (run / "profile-ort-fwbw" / "calltree.txt").stat().st_size > 0
+    assert "Where a step goes" in (run / "index.html").read_text()
+    assert "No flame graph" in (run / "index.html").read_text()
+    assert main(["report", str(run)]) == 0  # a run folder like any other
+
+
+def test_call_tree_page_nests_details_heaviest_first():
+    tree = CallTree.from_stats(profile_call(workload)).to_json()
+    page = calltree_html(tree)
+    # one <details> per node with children, in the main tree and in the sections
+    with_children = sum(
+        1 for top in [tree["root"], *tree["sections"]] for n in walk(top) if n["children"]
+    )
+    assert page.count("<details") == with_children and page.count("</details>") == with_children
+    names = [n.strip() for n in re.findall(r"<span class='name'>([^<]+)", page)]
+    order = [n["name"] for n in walk(tree["root"])]  # depth first, children by time
+    assert names[1 : len(order) + 1] == order  # after the header row
+    for node in walk(tree["root"]):
+        times = [c["cumulative"] for c in node["children"]]
+        assert times == sorted(times, reverse=True)
+    assert page.count("<details open>") >= 1 and "+++" in page
+
+
+def walk(node: dict):
+    yield node
+    for child in sorted(node["children"], key=lambda c: -c["cumulative"]):
+        yield from walk(child)
+
+
+@pytest.mark.training_build
+def test_report_of_a_bench_run(tmp_path, capsys):
     assert main(["bench", "--quick", "--repeat", "2", "--epochs", "1", "--out", str(tmp_path)]) == 0
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    progress = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[ortbench bench]")]
+    assert len(progress) == 8 and "\r" not in "".join(progress)  # one line per cell
+    assert all(re.search(r"s left\)$", x) for x in progress[:-1]), progress
+    assert progress[-1].startswith("[ortbench bench] cell 8/8 ort-fwbw-nesterov mlp/")
     (run / "index.html").unlink()
     assert main(["report", str(run)]) == 0
     parser = _Links()
@@ -217,4 +440,33 @@ def test_profile_rejects_bad_input(capsys):
     assert main(["profile", "ort-fwbw", "--batch-size", "0"]) == 2
 
 
-_ = np  # numpy is imported for fixtures' dtypes
+def test_short_paths_name_no_folder_of_the_machine():
+    assert (
+        short_path(json.__file__)
+        == f"python{sys.version_info[0]}.{sys.version_info[1]}/json/__init__.py"
+    )
+
+
+def test_steady_epochs_fill_the_window():
+    assert steady_epochs(0.0015) == math.ceil(WINDOW_SECONDS / 0.0015)  # fast epochs: many
+    assert steady_epochs(WINDOW_SECONDS / 10) == 10
+    assert steady_epochs(10.0) == MIN_EPOCHS and steady_epochs(1e-9) == MAX_EPOCHS
+
+
+def test_round_to_noise():
+    assert [round_to_noise(152.34, noise) for noise in (12, 0.3, 0.03, 400)] == [
+        "150",
+        "152",
+        "152",
+        "150",
+    ]
+    assert round_to_noise(1.2345, 0.01) == "1.23"
+    assert round_to_noise(27_200.0, 14_000.0) == "27000"  # 2 digits even when noisier
+    assert round_to_noise(0.00123, math.nan) == "0.00123" and round_to_noise(math.nan, 1) == ""
+
+
+def test_coinciding_curves_are_named():
+    a = np.array([1.0, 0.5, 0.25])
+    same = coinciding({"sklearn": a, "full": a * (1 + 1e-5), "fwbw": a.copy(), "nesterov": a / 2})
+    assert same == {"full": "sklearn", "fwbw": "sklearn"}
+    assert coinciding({"x": a, "y": a[:2]}) == {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import cProfile
 import os
 import pstats
+import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ Key = tuple[str, int, str]  # (file, line, function) as pstats stores it
 
 #: Prefixes cut from file names: installed packages and this repository.
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(ortbench.__file__))) + os.sep
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 NAME_WIDTH = 60
 
 
@@ -33,12 +35,15 @@ def profile_call(fn: Callable[[], object]) -> pstats.Stats:
 
 
 def short_path(path: str) -> str:
-    """``site-packages/x/y.py`` -> ``x/y.py``; a path inside this repository -> relative."""
+    """``site-packages/x/y.py`` -> ``x/y.py``; a path inside this repository -> relative;
+    the standard library's ``.../lib/python3.11/json/decoder.py`` -> ``python3.11/json/decoder.py``."""
     position = path.rfind("site-packages" + os.sep)
     if position >= 0:
         return path[position + len("site-packages") + 1 :]
     if path.startswith(_REPOSITORY):
         return path[len(_REPOSITORY) :]
+    if path.startswith(_STDLIB):
+        return os.path.join(os.path.basename(_STDLIB[:-1]), path[len(_STDLIB) :])
     return path
 
 

@@ -1,9 +1,12 @@
 """``ortbench profile``: profile one contender's training run with every profiler.
 
-Writes into ``<out>/profile-<contender>/``:
-``calltree.txt`` and ``calltree.json`` (cProfile), ``hotspots.md``, ``steps.md``,
-``operators.csv``/``operators.md`` and the raw traces in ``onnxruntime/`` (onnxruntime's
-profiler), ``flamegraph.svg`` and ``profile.speedscope.json`` (py-spy), and
+The profilers look at the steady epochs that follow the build and a warm-up epoch
+(onnxruntime's profiler at the first of them only). Writes into ``<out>/profile-<contender>/``: ``calltree.txt`` and
+``calltree.json`` (cProfile over the window), ``calltree-build.txt`` and
+``calltree-build.json`` (cProfile over the build and the warm-up epoch), ``hotspots.md``,
+``steps.md``, ``operators.csv``/``operators.md`` and the raw traces in ``onnxruntime/``
+(onnxruntime's profiler), ``flamegraph.svg`` and ``profile.speedscope.json`` (py-spy),
+``profile.json`` (what was profiled, and why a flame graph is missing when it is) and
 ``profile.md``, which says what ran and what could not. The trainers carry no profiling
 code: onnxruntime's profiler is switched on when their sessions are built.
 """
@@ -12,9 +15,10 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..bench.contenders import make_contender
@@ -25,25 +29,51 @@ from .calltree import CallTree, profile_call
 from .hotspots import hotspots_markdown
 from .steps import steps_markdown
 
-#: Epochs fitted before the profiled window; their runs are left out of the tables.
+#: Epochs fitted before the profiled window: the build and the first epoch's one-time costs
+#: stay out of the steady profiles (they get their own call tree).
 WARMUP_EPOCHS = 1
+#: Without ``epochs``, the profiled window lasts about this long (unprofiled), so py-spy
+#: gathers several hundred samples whatever a step costs.
+WINDOW_SECONDS = 2.0
+MIN_EPOCHS, MAX_EPOCHS = 3, 5000
+#: The trainers' epoch loop: the flame graph's share under it is reported.
+EPOCH_LOOP = "_run_epoch"
+#: onnxruntime's profiler writes several events per node run: its window stops after the
+#: first epochs holding this many steps, which keeps its traces to a few megabytes.
+RUNTIME_STEPS = 500
+PROFILE_JSON = "profile.json"
 
 
 @dataclass
 class ProfileRequest:
-    """One cell to profile."""
+    """One cell to profile; ``epochs=None`` chooses enough epochs for a stable picture."""
 
     contender: str
     problem: str = "mlp"
     dataset: str = "make_regression"
     batch_size: int = 15
-    epochs: int = 3
+    epochs: int | None = None
     device: str = "cpu"
     min_fraction: float = 0.001
 
 
 def profile(request: ProfileRequest, out: Path, log=print) -> Path:
-    """Run every profiler over ``request``; return the profile folder."""
+    """Run every profiler over ``request``; return the profile folder.
+
+    Parameters
+    ----------
+    request : ProfileRequest
+        The cell to profile.
+    out : Path
+        The run folder; the profile goes into ``out/profile-<contender>/``.
+    log : callable
+        Receives one line per stage.
+
+    Returns
+    -------
+    Path
+        The profile folder.
+    """
     problem = make_problem(request.problem, request.dataset)
     folder = out / f"profile-{request.contender}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -51,25 +81,58 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
     def contender():
         return make_contender(request.contender, problem, request.batch_size, request.device)
 
+    per_epoch = problem.steps_per_epoch(request.batch_size)
+    log("[1/4] timing steps without a profiler")
+    plain = contender().fit(WARMUP_EPOCHS)
+    epoch_seconds = min(plain.time_fit(1) for _ in range(MIN_EPOCHS))  # the least disturbed
+    epochs = request.epochs or steady_epochs(epoch_seconds)
+    runtime_epochs = min(epochs, math.ceil(RUNTIME_STEPS / per_epoch))
+    # the onnxruntime window's epochs without a profiler, timed as the profiled ones are
+    plain_seconds = min(plain.time_fit(runtime_epochs) for _ in range(MIN_EPOCHS)) / (
+        runtime_epochs * per_epoch
+    )
+    del plain
+    info = {**asdict(request), "epochs": epochs, "warmup_epochs": WARMUP_EPOCHS}
     notes = [
         f"# Profile of {request.contender}",
         "",
         f"{request.problem} on {request.dataset}, batch size {request.batch_size}, "
-        f"{request.epochs} epochs, {request.device}.",
+        f"{request.device}: {epochs} epochs of {per_epoch} steps profiled after the build and "
+        f"{WARMUP_EPOCHS} warm-up epoch.",
         "",
     ]
-    log(f"[1/3] cProfile over a fit of {request.epochs} epochs")
-    stats = profile_call(lambda: contender().fit(request.epochs))
+
+    def save() -> None:  # after each profiler: an interrupted profile keeps its notes
+        (folder / PROFILE_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
+        (folder / "profile.md").write_text("\n".join(notes) + "\n", encoding="utf-8")
+
+    log(f"[2/4] cProfile over the build, then over {epochs} steady epochs")
+    cell = contender()
+    build = CallTree.from_stats(profile_call(lambda: cell.fit(WARMUP_EPOCHS)), request.min_fraction)
+    stats = profile_call(lambda: cell.continue_fit(epochs))
     tree = CallTree.from_stats(stats, request.min_fraction)
-    (folder / "calltree.txt").write_text(tree.to_text(), encoding="utf-8")
-    (folder / "calltree.json").write_text(json.dumps(tree.to_json(), indent=1), encoding="utf-8")
+    for name, calls in (("calltree", tree), ("calltree-build", build)):
+        (folder / f"{name}.txt").write_text(calls.to_text(), encoding="utf-8")
+        (folder / f"{name}.json").write_text(
+            json.dumps(calls.to_json(), indent=1), encoding="utf-8"
+        )
     (folder / "hotspots.md").write_text(hotspots_markdown(stats), encoding="utf-8")
+    save()
 
-    log("[2/3] onnxruntime's profiler over a window after warm-up")
-    notes.append(_runtime_profile(contender, problem, request, folder / "onnxruntime", folder))
+    log("[3/4] onnxruntime's profiler over the first steady epochs")
+    notes.append(
+        _runtime_profile(
+            contender,
+            per_epoch,
+            runtime_epochs,
+            plain_seconds,
+            folder / "onnxruntime",
+            folder,
+        )
+    )
+    save()
 
-    log("[3/3] py-spy")
-    status = folder / "workload.status"
+    log("[4/4] py-spy over the same window")
     command = [
         sys.executable,
         "-m",
@@ -78,31 +141,52 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
         request.problem,
         request.dataset,
         str(request.batch_size),
-        str(request.epochs),
+        str(epochs),
         request.device,
-        str(status),
+        str(WARMUP_EPOCHS),
     ]
-    problem_text = pyspy.record(command, folder, status)
-    status.unlink(missing_ok=True)
-    notes.append(
-        f"py-spy: {problem_text}"
-        if problem_text
-        else "py-spy: flamegraph.svg, profile.speedscope.json"
-    )
-    (folder / "profile.md").write_text("\n".join(notes) + "\n", encoding="utf-8")
+    info["flamegraph_problem"] = pyspy.record(command, folder)
+    if info["flamegraph_problem"]:
+        notes.append(f"py-spy: no flame graph: {info['flamegraph_problem']}")
+    else:
+        share = pyspy.share_under(folder / "profile.speedscope.json", EPOCH_LOOP)
+        info["epoch_loop_share"] = share or None  # None: not one of ortbench's trainers
+        notes.append(
+            f"py-spy: flamegraph.svg, profile.speedscope.json; {share:.0%} of the samples "
+            f"are under the epoch loop (`{EPOCH_LOOP}`)."
+            if share
+            else "py-spy: flamegraph.svg, profile.speedscope.json."
+        )
+    save()
     return folder
 
 
-def _runtime_profile(contender, problem, request, traces: Path, folder: Path) -> str:
-    """Profile a window of steps with onnxruntime's profiler; write steps and operators."""
-    plain = contender().fit(WARMUP_EPOCHS)
-    plain_seconds = plain.seconds_per_step(request.epochs)
-    del plain
+def steady_epochs(epoch_seconds: float) -> int:
+    """Epochs that fill :data:`WINDOW_SECONDS`, within [MIN_EPOCHS, MAX_EPOCHS].
+
+    Parameters
+    ----------
+    epoch_seconds : float
+        The time of one epoch without a profiler.
+
+    Returns
+    -------
+    int
+        The default number of profiled epochs.
+    """
+    enough = math.ceil(WINDOW_SECONDS / epoch_seconds) if epoch_seconds > 0 else MAX_EPOCHS
+    return min(max(enough, MIN_EPOCHS), MAX_EPOCHS)
+
+
+def _runtime_profile(
+    contender, per_epoch: int, epochs: int, plain_seconds: float, traces: Path, folder: Path
+) -> str:
+    """Profile the steady window with onnxruntime's profiler; write steps and operators."""
     with profiled_sessions(traces):
         cell = contender()
         cell.fit(WARMUP_EPOCHS)
         start = time.perf_counter()
-        cell.continue_fit(request.epochs)
+        cell.continue_fit(epochs)
         elapsed = time.perf_counter() - start
         del cell
         gc.collect()  # a session writes its profile when it is destroyed
@@ -113,8 +197,7 @@ def _runtime_profile(contender, problem, request, traces: Path, folder: Path) ->
             encoding="utf-8",
         )
         return "onnxruntime: this contender runs no onnxruntime session"
-    per_epoch = problem.steps_per_epoch(request.batch_size)
-    warm, window = WARMUP_EPOCHS * per_epoch, request.epochs * per_epoch
+    warm, window = WARMUP_EPOCHS * per_epoch, epochs * per_epoch
     counts = ort_profile.run_times(files)
     skip = {label: len(d) * warm // (warm + window) for label, d in counts.items()}
     times = ort_profile.run_times(files, skip)

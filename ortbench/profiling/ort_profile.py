@@ -106,11 +106,22 @@ def run_times(files: list[Path], skip_runs: dict[str, int] | None = None) -> dic
     }
 
 
+#: Column -> header of the markdown tables.
+HEADERS = {
+    "op_type": "operator",
+    "input_shapes": "input shapes",
+    "total_us": "total (µs)",
+    "mean_us": "mean (µs)",
+}
+
+
 def markdown_table(frame: pd.DataFrame, rows: int = 30) -> str:
     """A DataFrame as a markdown table, numbers rounded, shares as percentages."""
     frame = frame.head(rows)
     columns = list(frame.columns)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    header = [HEADERS.get(c, c) for c in columns]
+    rule = ["---:" if frame[c].dtype.kind in "fiu" else "---" for c in columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|"]
     for row in frame.itertuples(index=False):
         cells = []
         for column, value in zip(columns, row):

@@ -1,21 +1,32 @@
-"""py-spy flame graphs of a profiled run, launched as py-spy's child.
+"""py-spy flame graphs of the steady part of a training run.
+
+The profiled command runs in its own process and follows a small protocol on its standard
+streams: it prints ``ready`` once it has built its model and run its warm-up, waits for a
+line on its standard input, runs the part to profile, prints ``done`` and exits. py-spy
+attaches to it (``record --pid``) between ``ready`` and that line and is stopped at
+``done``, so the flame graph holds the steady epochs only, not imports, model building or
+the interpreter's exit.
 
 Never ``--gil``: onnxruntime releases the GIL inside its runs, which would then vanish from
-the profile. py-spy's exit status is its own, so the profiled run proves it finished by
-writing a status file; where py-spy is missing or cannot attach (no ptrace rights, a
-container without SYS_PTRACE) the caller gets one line saying so, not an exception.
+the profile. Where py-spy is missing or cannot attach (no ptrace rights, a container without
+SYS_PTRACE) the caller gets one line saying so, not an exception.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 #: Output files and the py-spy format that writes each.
 OUTPUTS = {"flamegraph.svg": "flamegraph", "profile.speedscope.json": "speedscope"}
+READY, DONE = "ready", "done"
+INSTALL = "pip install -r requirements.txt (or pip install py-spy)"
 
 
 def find_py_spy() -> str | None:
@@ -27,37 +38,128 @@ def find_py_spy() -> str | None:
 def record(
     command: list[str],
     folder: Path,
-    status_file: Path,
     py_spy: str | None = None,
     rate: int = 250,
     timeout: float = 600,
 ) -> str | None:
-    """Record ``command`` (which must write ``status_file`` on success) into ``folder``.
+    """Record ``command``'s profiled part into ``flamegraph.svg`` and ``profile.speedscope.json``.
 
-    Returns None when both files were written, else a one-line reason.
+    Parameters
+    ----------
+    command : list of str
+        A command that follows the protocol of this module (``ready``, a line on its
+        standard input, ``done``). It runs once per output file.
+    folder : Path
+        Where the two files go.
+    py_spy : str, optional
+        The py-spy executable; by default the one of this environment or on PATH.
+    rate : int
+        Samples per second.
+    timeout : float
+        Seconds one profiled run may take.
+
+    Returns
+    -------
+    str or None
+        None when both files were written, else a one-line reason.
     """
     exe = py_spy or find_py_spy()
     if exe is None:
-        return "py-spy is not installed (pip install 'py-spy>=0.4.1'): no flame graph"
+        return f"py-spy is not installed ({INSTALL})"
     for name, fmt in OUTPUTS.items():
-        status_file.unlink(missing_ok=True)
         out = folder / name
+        out.unlink(missing_ok=True)
+        problem = _record_once(exe, command, out, fmt, rate, timeout)
+        if problem:
+            return problem
+    return None
+
+
+def _record_once(
+    exe: str, command: list[str], out: Path, fmt: str, rate: int, timeout: float
+) -> str | None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryFile("w+") as errors:
+        run = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env=env,
+        )
         try:
-            done = subprocess.run(
-                [exe, "record", "-o", str(out), "-f", fmt, "-r", str(rate), "--", *command],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return f"py-spy could not run: {type(e).__name__}: {e}".splitlines()[0]
-        reason = _last_line(done.stderr) or f"exit status {done.returncode}"
-        if not status_file.exists():
+            if run.stdout.readline().strip() != READY:
+                run.wait(timeout)
+                errors.seek(0)
+                reason = _last_line(errors.read()) or f"exit status {run.returncode}"
+                return f"the profiled run failed before its steady part: {reason}"
+            try:
+                # the flame graph's title is py-spy's command line: no path of this machine
+                arguments = f"py-spy record --pid {run.pid} -o {out.name} -f {fmt} -r {rate}"
+                spy = subprocess.Popen(
+                    arguments.split(),
+                    executable=exe,
+                    cwd=out.parent,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            except OSError as e:
+                return f"py-spy could not run: {type(e).__name__}: {e}".splitlines()[0]
+            if not spy.stdout.readline().startswith("py-spy> Sampling"):
+                _, spy_errors = spy.communicate(timeout=timeout)
+                reason = _last_line(spy_errors) or f"exit status {spy.returncode}"
+                return f"py-spy could not attach to the run (ptrace rights? SYS_PTRACE?): {reason}"
+            run.stdin.write("go\n")
+            run.stdin.flush()
+            finished = run.stdout.readline().strip() == DONE
+            if finished:  # stop sampling now: the interpreter's shutdown is no training
+                spy.send_signal(signal.SIGINT)
+            run.wait(timeout)
+            _, spy_errors = spy.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return f"the profiled run took more than {timeout:.0f} s"
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        if not finished:
+            errors.seek(0)
+            reason = _last_line(errors.read()) or f"exit status {run.returncode}"
             return f"the profiled run did not finish under py-spy: {reason}"
         if not out.exists():
-            return f"py-spy could not sample the run (permissions? SYS_PTRACE?): {reason}"
+            reason = _last_line(spy_errors) or f"exit status {spy.returncode}"
+            return f"py-spy wrote no {out.name}: {reason}"
     return None
+
+
+def share_under(speedscope: Path, function: str) -> float:
+    """Share of the samples of a py-spy speedscope file whose stack holds ``function``.
+
+    Parameters
+    ----------
+    speedscope : Path
+        A ``profile.speedscope.json`` py-spy wrote.
+    function : str
+        A function or method name (a method matches in any class).
+
+    Returns
+    -------
+    float
+        Samples under ``function`` over all samples, every thread counted (0 if none).
+    """
+    data = json.loads(Path(speedscope).read_text(encoding="utf-8"))
+    # py-spy names methods Class.method
+    names = [frame["name"].rsplit(".", 1)[-1] for frame in data["shared"]["frames"]]
+    under = total = 0.0
+    for thread in data["profiles"]:
+        weights = thread.get("weights") or [1.0] * len(thread["samples"])
+        for stack, weight in zip(thread["samples"], weights):
+            total += weight
+            if any(names[k] == function for k in stack):
+                under += weight
+    return under / total if total else 0.0
 
 
 def _last_line(text: str) -> str:

@@ -39,7 +39,8 @@ def steps_markdown(
 ) -> str:
     """The phase table of a profiled window of ``steps`` steps of ``step_us`` each.
 
-    ``plain_step_us`` is the same step timed without the profiler, which slows every node.
+    ``plain_step_us`` is the same window's time per step without the profiler, which slows
+    every node.
     """
     phases = phase_times(run_times, steps)
     inside = sum(phases.values())
@@ -48,8 +49,8 @@ def steps_markdown(
         "# Where a step goes",
         "",
         f"{steps} steps after warm-up, {runs:g} onnxruntime runs per step. Under "
-        f"onnxruntime's profiler a step took {step_us:.1f} µs (wall time), without it "
-        f"{plain_step_us:.1f} µs: the profiler's per-node records inflate the runs, so read "
+        f"onnxruntime's profiler a step took {step_us:.1f} µs (wall time), the same steps "
+        f"without it {plain_step_us:.1f} µs: the profiler's per-node records inflate the runs, so read "
         "the shares. Data are staged as OrtValues once per fit (no per-step copy); the "
         "per-epoch shuffle counts as time outside onnxruntime.",
         "",

@@ -1,23 +1,30 @@
 """The training run ``ortbench profile`` hands to py-spy: one contender, one cell.
 
 Usage: ``python -m ortbench.profiling.workload CONTENDER PROBLEM DATASET BATCH EPOCHS DEVICE
-STATUS_FILE``; writes ``ok`` into STATUS_FILE when the fit finished.
+WARMUP``. It builds the contender and fits ``WARMUP`` epochs, prints ``ready``, waits for a
+line on its standard input, trains ``EPOCHS`` more epochs, prints ``done`` and leaves at
+once: what py-spy sees between the two lines is the steady epoch loop only.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
 
 from ..bench.contenders import make_contender
 from ..bench.problems import make_problem
+from .pyspy import DONE, READY
 
 
 def main(argv: list[str]) -> None:
-    contender, problem, dataset, batch_size, epochs, device, status = argv
+    contender, problem, dataset, batch_size, epochs, device, warmup = argv
     cell = make_contender(contender, make_problem(problem, dataset), int(batch_size), device)
-    cell.fit(int(epochs))
-    Path(status).write_text("ok\n", encoding="utf-8")
+    cell.fit(int(warmup))
+    print(READY, flush=True)
+    sys.stdin.readline()
+    cell.continue_fit(int(epochs))
+    print(DONE, flush=True)
+    os._exit(0)  # no interpreter shutdown in the samples
 
 
 if __name__ == "__main__":

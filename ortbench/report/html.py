@@ -7,31 +7,35 @@ network, so the folder can be archived, attached to a CI job or opened offline.
 from __future__ import annotations
 
 import html
-import re
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from ..bench.store import RESULTS_CSV, read_results
+from . import profile_page
+from .markdown import markdown_to_html
 from .summary import SUMMARY_MD, write_summary
 
 INDEX_HTML = "index.html"
 
-#: Columns of results.csv shown in the page's table, in order.
-TABLE_COLUMNS = [
-    "contender",
-    "problem",
-    "dataset",
-    "batch_size",
-    "device",
-    "seconds_per_step",
-    "peak_memory_mb",
-    "final_train_loss",
-    "validation_score",
-    "runs_per_step",
-    "ortvalues_per_step",
-    "status",
-]
+#: Columns of results.csv shown in the page's table: header, and how a value reads.
+TABLE_COLUMNS = {
+    "contender": "contender",
+    "problem": "problem",
+    "dataset": "data set",
+    "batch_size": "batch size",
+    "device": "device",
+    "seconds_per_step": "time per step (µs, median)",
+    "spread": "min - max (µs)",
+    "seconds_per_fit_overhead": "fixed cost per fit (ms)",
+    "peak_memory_mb": "peak memory (MB)",
+    "final_train_loss": "final train loss",
+    "validation_score": "validation score",
+    "runs_per_step": "runtime runs per step",
+    "ortvalues_per_step": "new OrtValues per step",
+    "status": "status",
+}
 ENVIRONMENT_COLUMNS = [
     "python_version",
     "ortbench_version",
@@ -45,87 +49,100 @@ ENVIRONMENT_COLUMNS = [
     "cpu_threads",
     "platform",
 ]
-#: Profile files shown inline (markdown) and linked (everything a profile folder holds).
-PROFILE_SECTIONS = [
-    ("steps.md", "Where a step goes"),
-    ("hotspots.md", "Hot spots"),
-    ("operators.md", "onnxruntime operators"),
-]
-CALLTREE_LINES = 40
-
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f3f3f3; }
-td:first-child, th:first-child { text-align: left; }
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1340px;
+  padding: 0 1em; color: #222; line-height: 1.4; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.88em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.55em; text-align: left;
+  vertical-align: top; overflow-wrap: break-word; }
+td.text { white-space: nowrap; }
+th { background: #f3f3f3; font-weight: 600; }
+th.num, td.num { text-align: right; font-variant-numeric: tabular-nums;
+  overflow-wrap: normal; }
+td.num { white-space: nowrap; }
+td.status { max-width: 22em; }
 pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 0.8em; }
-img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
+figure { margin: 1em 0; }
+figure img { width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; }
+code { font-size: 0.92em; }
+h2 { border-bottom: 2px solid #ddd; padding-bottom: 0.2em; margin-top: 1.8em; }
 """
-
-
-def markdown_to_html(text: str) -> str:
-    """The markdown ortbench writes (headings, tables, code blocks, paragraphs) as HTML."""
-    out, table, code, paragraph = [], [], None, []
-
-    def flush() -> None:
-        if paragraph:
-            out.append(f"<p>{_inline(' '.join(paragraph))}</p>")
-            paragraph.clear()
-        if table:
-            rows = [r for r in table if not re.fullmatch(r"\|[\s:|-]+\|", r)]
-            cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows]
-            head = "".join(f"<th>{_inline(c)}</th>" for c in cells[0])
-            body = "".join(
-                "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>"
-                for row in cells[1:]
-            )
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-            table.clear()
-
-    for line in text.splitlines():
-        if code is not None:
-            if line.startswith("```"):
-                out.append(f"<pre>{html.escape(chr(10).join(code))}</pre>")
-                code = None
-            else:
-                code.append(line)
-        elif line.startswith("```"):
-            flush()
-            code = []
-        elif line.startswith("|"):
-            if paragraph:
-                flush()
-            table.append(line)
-        elif match := re.match(r"(#{1,6}) (.*)", line):
-            flush()
-            level = min(len(match.group(1)) + 1, 6)  # the page title is the only h1
-            out.append(f"<h{level}>{_inline(match.group(2))}</h{level}>")
-        elif not line.strip():
-            flush()
-        else:
-            if table:
-                flush()
-            paragraph.append(line.strip())
-    flush()
-    return "\n".join(out)
-
-
-def _inline(text: str) -> str:
-    text = html.escape(text)
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
 
 
 def _section(title: str, body: str) -> str:
     return f"<section><h2>{html.escape(title)}</h2>\n{body}\n</section>"
 
 
+def round_to_noise(value: float, noise: float, digits: int = 3) -> str:
+    """``value`` with no digit finer than its noise's first digit.
+
+    Parameters
+    ----------
+    value : float
+        A measured value.
+    noise : float
+        Its uncertainty, for example half the spread of repeated measurements; NaN or 0
+        when unknown.
+    digits : int
+        Significant digits shown when the noise is unknown, and at most otherwise; at
+        least 2 are shown.
+
+    Returns
+    -------
+    str
+        The rounded value ("" for NaN): 152.34 with noise 12 reads "150", with noise 0.3
+        "152", with noise 400 "150".
+    """
+    if value is None or math.isnan(value):
+        return ""
+    magnitude = math.floor(math.log10(abs(value))) if value else 0
+    decimals = digits - 1 - magnitude
+    if noise and not math.isnan(noise) and noise > 0:  # never fewer than 2 digits
+        decimals = max(min(decimals, -math.floor(math.log10(noise))), 1 - magnitude)
+    return f"{round(value, decimals):.{max(decimals, 0)}f}"
+
+
+def _general(value) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.3g}"
+    return html.escape(str(value))
+
+
 def _results_section(results: pd.DataFrame) -> str:
-    table = results[[c for c in TABLE_COLUMNS if c in results.columns]].copy()
-    if "seconds_per_step" in table:
-        table["seconds_per_step"] = table["seconds_per_step"] * 1e6
-        table = table.rename(columns={"seconds_per_step": "µs per step"})
-    return table.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0)
+    rows = []
+    for row in results.to_dict("records"):
+        median = row.get("seconds_per_step", math.nan) * 1e6
+        low = row.get("seconds_per_step_min", math.nan) * 1e6
+        high = row.get("seconds_per_step_max", math.nan) * 1e6
+        cells = {
+            "seconds_per_step": round_to_noise(median, (high - low) / 2),
+            "spread": ""
+            if math.isnan(low)
+            else f"{round_to_noise(low, math.nan, 2)} - {round_to_noise(high, math.nan, 2)}",
+            "seconds_per_fit_overhead": round_to_noise(
+                row.get("seconds_per_fit_overhead", math.nan) * 1e3, math.nan, 2
+            ),
+            "peak_memory_mb": ""
+            if math.isnan(row.get("peak_memory_mb", math.nan))
+            else f"{row['peak_memory_mb']:.1f}",
+        }
+        rows.append({c: cells.get(c, _general(row.get(c, ""))) for c in TABLE_COLUMNS})
+    shown = [c for c in TABLE_COLUMNS if any(r[c] for r in rows)]
+    # a column with one value in every row is said once, above the table
+    constant = [c for c in shown if len(rows) > 1 and len({r[c] for r in rows}) == 1]
+    shown = [c for c in shown if c not in constant]
+    text = {"contender", "problem", "dataset", "device", "status"}
+    kind = {c: "status" if c == "status" else "text" if c in text else "num" for c in shown}
+    head = "".join(f"<th class='{kind[c]}'>{html.escape(TABLE_COLUMNS[c])}</th>" for c in shown)
+    body = "".join(
+        "<tr>" + "".join(f"<td class='{kind[c]}'>{r[c]}</td>" for c in shown) + "</tr>"
+        for r in rows
+    )
+    common = ", ".join(f"{TABLE_COLUMNS[c]} {rows[0][c]}" for c in constant)
+    return (
+        f"<p>Every row: {common}. Times are rounded to half their min - max spread.</p>"
+    ) + f"<table class='results'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _environment_section(results: pd.DataFrame) -> str:
@@ -138,23 +155,29 @@ def _environment_section(results: pd.DataFrame) -> str:
     return f"<table>{rows}</table>"
 
 
-def _profile_section(folder: Path, run_dir: Path) -> str:
-    parts = []
-    for name, title in PROFILE_SECTIONS:
-        path = folder / name
-        if path.exists():
-            parts.append(f"<h3>{title}</h3>" + markdown_to_html(path.read_text(encoding="utf-8")))
-    calltree = folder / "calltree.txt"
-    if calltree.exists():
-        head = calltree.read_text(encoding="utf-8").splitlines()[:CALLTREE_LINES]
-        parts.append("<h3>Call tree (top)</h3><pre>" + html.escape("\n".join(head)) + "</pre>")
-    links = [
-        f'<li><a href="{html.escape(p.relative_to(run_dir).as_posix())}">{html.escape(p.name)}</a></li>'
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    ]
-    parts.append("<h3>Files</h3><ul>" + "".join(links) + "</ul>")
-    return "\n".join(parts)
+def html_page(title: str, body: str, style: str = "") -> str:
+    """A whole page: ``title`` as its title and only h1, ``body`` below, no external file.
+
+    Parameters
+    ----------
+    title : str
+        Plain text.
+    body : str
+        HTML.
+    style : str
+        CSS added to the shared style sheet.
+
+    Returns
+    -------
+    str
+        The page (an empty icon keeps browsers from asking the server for one).
+    """
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<link rel='icon' href='data:,'>"
+        f"<title>{html.escape(title)}</title><style>{STYLE}{style}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n"
+    )
 
 
 def write_index(run_dir: str | Path) -> Path:
@@ -165,7 +188,7 @@ def write_index(run_dir: str | Path) -> Path:
     if results is not None and not results.empty:
         write_summary(run_dir)
         summary = (run_dir / SUMMARY_MD).read_text(encoding="utf-8")
-        sections.append(_section("Summary", markdown_to_html(summary)))
+        sections.append(f"<section>{markdown_to_html(summary)}</section>")  # its own h2
         sections.append(_section("Results", _results_section(results)))
     images = sorted(run_dir.glob("*.png"))
     if images:
@@ -176,18 +199,14 @@ def write_index(run_dir: str | Path) -> Path:
         )
         sections.append(_section("Plots", body))
     for folder in sorted(p for p in run_dir.glob("profile-*") if p.is_dir()):
-        sections.append(_section(f"Profile: {folder.name[8:]}", _profile_section(folder, run_dir)))
+        sections.append(
+            _section(f"Profile: {folder.name[8:]}", profile_page.profile_section(folder, run_dir))
+        )
     if results is not None and not results.empty:
         sections.append(_section("Environment", _environment_section(results)))
     if not sections:
         sections.append("<p>This folder holds no ortbench results or profiles yet.</p>")
-    page = (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>ortbench: {html.escape(run_dir.name)}</title><style>{STYLE}</style></head>"
-        f"<body><h1>ortbench: {html.escape(run_dir.name)}</h1>\n"
-        + "\n".join(sections)
-        + "\n</body></html>\n"
-    )
+    page = html_page(f"ortbench: {run_dir.name}", "\n".join(sections), profile_page.STYLE)
     path = run_dir / INDEX_HTML
     path.write_text(page, encoding="utf-8")
     return path

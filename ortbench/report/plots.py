@@ -1,19 +1,44 @@
-"""PNG plots of a run: loss curves, time per step against batch size, speed-ups."""
+"""PNG plots of a run: loss curves, time per step against batch size, speed-ups.
+
+Every contender keeps one color, marker and line style in every panel; markers are hollow
+and of different shapes, so curves that coincide (contenders that follow the same
+trajectory) stay visible, and the loss-curve legend says which ones coincide. Legends sit
+outside the axes; batch sizes are the ticks themselves.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
 from ..bench.contenders import BASELINE, CONTENDERS
 from ..bench.store import read_loss_curves, read_results
 
 GROUP = ["problem", "dataset", "device"]
-#: One color per contender, the same in every panel.
-COLORS = {name: f"C{k}" for k, name in enumerate(CONTENDERS)}
+_MARKERS = "osD^vPX<>*"
+_LINES = ("-", "--", "-.", ":")
+#: One color, marker and line style per contender, the same in every panel.
+COLORS = {name: f"C{k % 10}" for k, name in enumerate(CONTENDERS)}
+STYLES = {
+    name: {
+        "color": COLORS[name],
+        "marker": _MARKERS[k % len(_MARKERS)],
+        "linestyle": _LINES[k % len(_LINES)],
+        "markerfacecolor": "none",
+        "markersize": 7,
+        "linewidth": 1.6,
+    }
+    for k, name in enumerate(CONTENDERS)
+}
+#: Curves closer than this (relative, at every epoch) are said to coincide.
+COINCIDE = 1e-3
+DPI = 110
+#: Width of a whole figure in inches: at DPI, about the page's width.
+WIDTH = 12
 
 
 def _title(key: tuple) -> str:
@@ -21,56 +46,123 @@ def _title(key: tuple) -> str:
     return f"{problem} on {dataset}, {device}"
 
 
+def _plain(value: float, _position=None) -> str:
+    """A tick label without exponents: 15, 256, 0.5, 1.2e-05 only when unavoidable."""
+    return f"{value:g}"
+
+
+def coinciding(curves: dict[str, np.ndarray]) -> dict[str, str]:
+    """For each curve equal to an earlier one (within :data:`COINCIDE`), that earlier one.
+
+    Parameters
+    ----------
+    curves : dict
+        Contender -> loss per epoch, in legend order.
+
+    Returns
+    -------
+    dict
+        Contender -> the first contender whose curve it coincides with.
+    """
+    same: dict[str, str] = {}
+    names = list(curves)
+    for k, name in enumerate(names):
+        for other in names[:k]:
+            a, b = curves[name], curves[other]
+            if other not in same and len(a) == len(b) and np.allclose(a, b, rtol=COINCIDE):
+                same[name] = other
+                break
+    return same
+
+
 def _loss_curves(results: pd.DataFrame, curves: pd.DataFrame, path: Path) -> None:
     groups = list(results.groupby(GROUP, sort=False))
     batch_sizes = sorted(results.batch_size.unique())
-    fig = Figure(figsize=(3.2 * len(batch_sizes), 2.8 * len(groups) + 0.6), layout="constrained")
-    axes = fig.subplots(len(groups), len(batch_sizes), squeeze=False)
-    for i, (key, _) in enumerate(groups):
-        for j, batch_size in enumerate(batch_sizes):
-            ax = axes[i][j]
-            mask = (curves[GROUP] == pd.Series(key, index=GROUP)).all(axis=1)
+    columns = min(len(batch_sizes), 3)
+    rows = len(groups) * -(-len(batch_sizes) // columns)
+    fig = Figure(figsize=(WIDTH, 3.6 * rows + 0.4), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    labels: dict[str, object] = {}
+    notes: dict[str, str] = {}
+    panel = 0
+    for key, _ in groups:
+        mask = (curves[GROUP] == pd.Series(key, index=GROUP)).all(axis=1)
+        for batch_size in batch_sizes:
+            ax = axes[panel]
+            panel += 1
             cell = curves[mask & (curves.batch_size == batch_size)]
-            for contender, curve in cell.groupby("contender", sort=False):
-                ax.plot(
-                    curve.epoch, curve.loss, marker="o", label=contender, color=COLORS[contender]
-                )
-            ax.set_title(f"{_title(key)}\nbatch {batch_size}", fontsize=8)
+            by_contender = {
+                c: curve.sort_values("epoch") for c, curve in cell.groupby("contender", sort=False)
+            }
+            same = coinciding({c: v.loss.to_numpy() for c, v in by_contender.items()})
+            notes.update({c: f"{c} (= {o})" for c, o in same.items()})
+            for contender, curve in by_contender.items():
+                (line,) = ax.plot(curve.epoch, curve.loss, **STYLES[contender])
+                labels.setdefault(contender, line)
+            ax.set_title(f"{_title(key)}, batch size {batch_size}", fontsize=10)
             ax.set_xlabel("epoch")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            last = int(cell.epoch.max()) if len(cell) else 1
+            ax.xaxis.set_major_locator(
+                FixedLocator(range(1, last + 1)) if last <= 12 else MaxNLocator(integer=True)
+            )
+            ax.set_xlim(0.5, last + 0.5)
             ax.set_ylabel("training loss")
-    labels = {}
-    for ax in fig.axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            labels.setdefault(label, handle)
-    fig.legend(labels.values(), labels.keys(), loc="outside lower center", ncols=len(labels))
-    fig.savefig(path, dpi=100)
+            ax.grid(alpha=0.3)
+    for ax in axes[panel:]:
+        ax.set_visible(False)
+    fig.legend(
+        labels.values(),
+        [notes.get(c, c) for c in labels],
+        loc="outside lower center",
+        ncols=min(len(labels), 4),
+        title="coinciding curves: (= the contender they overlap)" if notes else None,
+        fontsize=9,
+    )
+    fig.savefig(path, dpi=DPI)
 
 
 def _by_batch_size(results: pd.DataFrame, path: Path, speedup: bool) -> None:
     groups = list(results.groupby(GROUP, sort=False))
-    fig = Figure(figsize=(5 * len(groups), 4))
-    axes = fig.subplots(1, len(groups), squeeze=False)
-    for ax, (key, rows) in zip(axes[0], groups):
-        baseline = rows[rows.contender == BASELINE].set_index("batch_size").seconds_per_step
+    columns = min(len(groups), 2)
+    rows = -(-len(groups) // columns)
+    fig = Figure(figsize=(WIDTH, 4.6 * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    labels: dict[str, object] = {}
+    for ax, (key, group) in zip(axes, groups):
+        baseline = group[group.contender == BASELINE].set_index("batch_size").seconds_per_step
         if speedup and baseline.empty:
-            ax.set_title(f"{_title(key)}: {BASELINE} did not run", fontsize=9)
+            ax.set_title(f"{_title(key)}: {BASELINE} did not run", fontsize=10)
+            ax.set_axis_off()
             continue
-        for contender, points in rows.groupby("contender", sort=False):
+        for contender, points in group.groupby("contender", sort=False):
             points = points.sort_values("batch_size")
             if speedup:
                 values = baseline.reindex(points.batch_size).to_numpy() / points.seconds_per_step
             else:
-                values = points.seconds_per_step
-            ax.plot(points.batch_size, values, marker="o", label=contender, color=COLORS[contender])
+                values = points.seconds_per_step * 1e6
+            (line,) = ax.plot(points.batch_size, values, **STYLES[contender])
+            labels.setdefault(contender, line)
         ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(_title(key), fontsize=9)
+        sizes = sorted(group.batch_size.unique())
+        ax.xaxis.set_major_locator(FixedLocator(sizes))
+        ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+        ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("batch size")
-        ax.set_ylabel(f"speed-up over {BASELINE}" if speedup else "seconds per step")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+        if speedup:
+            ax.axhline(1.0, color="0.4", linewidth=1, linestyle=":")
+            ax.set_ylim(bottom=0)
+            ax.set_ylabel(f"speed-up over {BASELINE} (x, higher is faster)")
+        else:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, p: ""))
+            ax.set_ylabel("µs per step (log scale, lower is faster)")
+        ax.set_title(_title(key), fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    for ax in axes[len(groups) :]:
+        ax.set_visible(False)
+    fig.legend(labels.values(), labels.keys(), loc="outside right upper", fontsize=9, frameon=False)
+    fig.savefig(path, dpi=DPI)
 
 
 def write_plots(folder: str | Path) -> list[Path]:

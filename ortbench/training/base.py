@@ -10,7 +10,6 @@ is here.
 from __future__ import annotations
 
 import os
-import sys
 import textwrap
 import time
 
@@ -20,6 +19,7 @@ import onnxruntime
 from sklearn.base import BaseEstimator, clone
 from sklearn.metrics import accuracy_score, r2_score
 
+from ..progress import Progress
 from .data import BatchLoader
 from .derivative import choose_backend
 from .errors import NotFittedTrainerError, OrtBenchError
@@ -287,14 +287,11 @@ class BaseTrainer(BaseEstimator):
         return loader
 
     def _report(self, epoch: int, loss: float, elapsed: float) -> None:
+        """Show an epoch: a bar on a terminal, one line per epoch otherwise."""
+        if epoch == 1:
+            self._progress = Progress(self.max_iter, type(self).__name__, "epoch")
         extra = f" val={self.validation_losses_[-1]:.6g}" if self.validation_losses_ else ""
-        print(
-            f"\r[{type(self).__name__}] epoch {epoch}/{self.max_iter} loss={loss:.6g}{extra} "
-            f"lr={self.learning_rate_.value:.3g} {elapsed:.1f}s",
-            end="\n" if epoch == self.max_iter else "",
-            file=sys.stderr,
-            flush=True,
-        )
+        self._progress.step(f"loss={loss:.6g}{extra} lr={self.learning_rate_.value:.3g}", elapsed)
 
     def _check_params(self) -> None:
         self._backend = choose_backend(self.backend)

@@ -1,0 +1,216 @@
+"""The bench, profile and compare pages in a real browser: headless Chromium through selenium.
+
+At 1,400 px wide no page scrolls sideways, every image loads, the flame graph is there and
+drawn, and the browser logs no error. Skipped, with the reason, where Chromium, its driver
+or selenium is missing (``.ci/run`` installs them). With ``ORTBENCH_SCREENSHOTS=<folder>``
+the test also saves a PNG of each page there (the README's screenshots).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import shutil
+import tempfile
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ortbench.bench.store import COLUMNS, ResultsWriter
+from ortbench.cli import main
+
+WIDTH = 1400
+#: Screenshots stop at this height: the top of a long page is what a reader sees first.
+SCREENSHOT_HEIGHT = 3400
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+def _chromium() -> tuple[str, str]:
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    assert webdriver
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium chromium-driver)")
+    return browser, driver
+
+
+@pytest.fixture(scope="module")
+def browser():
+    binary, driver_path = _chromium()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for flag in FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    options.add_argument(f"--window-size={WIDTH},1000")
+    options.binary_location = binary
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+#: HEAD's time per step over BASE's, per contender, in the compare page's two run folders.
+CHANGES = {"ort-full": 1.0, "ort-fwbw": 2.0, "ort-fwbw-nesterov": 0.75}
+
+
+def _run_folder(folder: Path, head: bool) -> Path:
+    """A bench run folder of three contenders at two batch sizes, 10 samples with 2% noise."""
+    rng = np.random.RandomState(0)  # the same noise on both sides: ratios are exact
+    writer = ResultsWriter(folder)
+    for batch_size, contender in itertools.product((15, 256), CHANGES):
+        base = 1e-4 * batch_size**0.5
+        samples = base * (CHANGES[contender] if head else 1.0) * (1 + 0.02 * rng.randn(10))
+        row = dict.fromkeys(COLUMNS, math.nan)
+        row.update(
+            run_id=folder.name, contender=contender, problem="mlp",
+            dataset="make_regression", batch_size=batch_size, device="cpu", status="ok",
+            seconds_per_step=float(np.median(samples)), runs_per_step=2.0,
+            ortvalues_per_step=0.0,
+        )  # fmt: skip
+        writer.append(row, [float(s) for s in samples], [])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def site(browser, tmp_path_factory):
+    """The three pages under one folder, served over HTTP on this machine only."""
+    root = tmp_path_factory.mktemp("site")
+    # screenshots show a whole --quick run and a default profile; the checks need less
+    short = not os.environ.get("ORTBENCH_SCREENSHOTS")
+    bench_options = ["--repeat", "3", "--epochs", "1"] if short else []
+    assert main(["bench", "--quick", *bench_options, "--out", str(root)]) == 0
+    (bench,) = [p for p in root.iterdir() if p.is_dir()]
+    profile_options = ["--epochs", "30"] if short else []
+    assert main(["profile", "ort-fwbw", *profile_options, "--out", str(root / "profile")]) == 0
+    (profile,) = (root / "profile").iterdir()
+    before, after = _run_folder(root / "base", False), _run_folder(root / "head", True)
+    assert main(["compare", str(before), str(after), "--html", str(root / "compare.html")]) == 1
+    handler = partial(_QuietHandler, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield {
+        "bench": f"{url}/{bench.name}/index.html",
+        "profile": f"{url}/profile/{profile.name}/index.html",
+        "compare": f"{url}/compare.html",
+    }
+    server.shutdown()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _open(browser, url: str):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get_log("browser")  # drop what earlier pages logged
+    browser.set_window_size(WIDTH, 1000)
+    browser.get(url)
+    WebDriverWait(browser, 30).until(
+        lambda d: d.execute_script(
+            "return document.readyState === 'complete' && "
+            "[...document.images].every(i => i.complete)"
+        )
+    )
+
+
+def _check_page(browser, name: str) -> None:
+    widths = browser.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert widths[0] <= widths[1], f"the {name} page scrolls sideways: {widths}"
+    broken = browser.execute_script(
+        "return [...document.images].filter(i => !i.naturalWidth).map(i => i.src)"
+    )
+    assert not broken, broken
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+    folder = os.environ.get("ORTBENCH_SCREENSHOTS")
+    if folder:
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(WIDTH, min(height, SCREENSHOT_HEIGHT))
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(Path(folder) / f"{name}-page.png"))
+
+
+def test_bench_page(browser, site):
+    _open(browser, site["bench"])
+    images = browser.execute_script(
+        "return [...document.images].map(i => [i.src.split('/').pop(), i.clientWidth])"
+    )
+    names = {name for name, _ in images}
+    assert {"loss_curves.png", "seconds_per_step.png", "speedup.png"} <= names
+    assert all(width >= 1000 for _, width in images), images  # plots shown large
+    headers = browser.execute_script(
+        "return [...document.querySelectorAll('table.results th')].map(h => h.textContent)"
+    )
+    assert "time per step (µs, median)" in headers
+    _check_page(browser, "bench")
+
+
+def test_profile_page(browser, site):
+    _open(browser, site["profile"])
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:  # py-spy's SVG draws its frames once loaded
+        WebDriverWait(browser, 30).until(
+            lambda d: d.execute_script(
+                "const o = document.querySelector('object.flamegraph');"
+                "return o && o.contentDocument && "
+                "o.contentDocument.querySelectorAll('#frames > g').length > 10"
+            )
+        )
+    except TimeoutException:
+        pytest.fail("the flame graph is not on the page, or not drawn")
+    height = browser.execute_script(
+        "return document.querySelector('object.flamegraph').getBoundingClientRect().height"
+    )
+    assert height > 100
+    opened = browser.execute_script(
+        "return document.querySelectorAll('.calltree details[open]').length"
+    )
+    assert opened > 3
+    _check_page(browser, "profile")
+
+
+def test_compare_page(browser, site):
+    _open(browser, site["compare"])
+    verdicts = browser.execute_script(
+        "return [...document.querySelectorAll('table.verdicts tr')].filter(r => r.cells[0]"
+        " && r.textContent.includes('seconds_per_step')).map(r => "
+        "[r.cells[0].childNodes[1].textContent.trim(), r.cells[2].textContent.split(',')[0], r.cells[5].textContent])"
+    )
+    assert sorted(verdicts) == [
+        ["improved", "contender=ort-fwbw-nesterov", "0.75"],
+        ["improved", "contender=ort-fwbw-nesterov", "0.75"],
+        ["regressed", "contender=ort-fwbw", "2.00"],
+        ["regressed", "contender=ort-fwbw", "2.00"],
+        ["unchanged", "contender=ort-full", "1.00"],
+        ["unchanged", "contender=ort-full", "1.00"],
+    ]
+    dots = browser.execute_script("return document.querySelectorAll('svg.strip circle').length")
+    assert dots == 6 * 2 * 10  # BASE's and HEAD's samples of each timed cell
+    _check_page(browser, "compare")
