@@ -1,18 +1,20 @@
 """The ``ortbench`` command: ``bench`` runs the comparison matrix, ``compare`` judges two runs,
-``profile`` profiles one contender, ``report`` writes a run folder's ``index.html``.
+``ab`` times two checkouts side by side, ``profile`` profiles one contender, ``report`` writes a run folder's ``index.html``.
 
-Exit status: 0 success; 1 ``compare`` found a regression or a failure; 2 bad input (one
+Exit status: 0 success; 1 ``compare`` or ``ab`` found a regression or a failure; 2 bad input (one
 line on stderr); 3 ``compare`` had nothing to compare; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from .bench.ab import AB_REPEAT, DEFAULT_CACHE, checkout, run_into
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
@@ -20,6 +22,7 @@ from .bench.problems import PROBLEMS, make_problem
 from .bench.store import RESULTS_CSV, ResultsWriter
 from .profiling.driver import ProfileRequest, profile
 from .report.html import write_index
+from .report.paired import AB_MD, ALPHA, SIDES, ab_comparison, ab_markdown, min_pvalue
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
 from .report.summary import SUMMARY_MD
@@ -69,7 +72,7 @@ def _write_reports(folder: Path) -> str:
     return (folder / SUMMARY_MD).read_text(encoding="utf-8")
 
 
-def _bench(args: argparse.Namespace) -> int:
+def _matrix_config(args: argparse.Namespace) -> BenchConfig:
     config = QUICK if args.quick else BenchConfig()
     overrides = {
         "contenders": args.contenders and _names(args.contenders),
@@ -80,7 +83,11 @@ def _bench(args: argparse.Namespace) -> int:
         "epochs": args.epochs,
         "repeat": args.repeat,
     }
-    config = replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
+
+
+def _bench(args: argparse.Namespace) -> int:
+    config = _matrix_config(args)
     run_id = run_id_now()
     folder = _new_folder(Path(args.out), run_id)
     start = time.perf_counter()
@@ -99,6 +106,53 @@ def _bench(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _ab(args: argparse.Namespace) -> int:
+    if args.threshold <= 0:
+        raise OrtBenchError(f"--threshold must be > 0, got {args.threshold}")
+    if not 0 <= args.warn <= args.threshold:
+        raise OrtBenchError(f"--warn must be between 0 and --threshold, got {args.warn}")
+    args.repeat = args.repeat or AB_REPEAT
+    if min_pvalue(args.repeat) >= ALPHA:
+        raise OrtBenchError(
+            f"--repeat {args.repeat} is too few pairs for the paired test to reach p < {ALPHA}"
+        )
+    config = _matrix_config(args)
+    log = lambda line: print(f"ortbench ab: {line}", file=sys.stderr)  # noqa: E731
+    sides = {
+        name: checkout(ref, Path(args.cache), log)
+        for name, ref in zip(SIDES, (args.base, args.head))
+    }
+    for name, side in sides.items():
+        log(f"{name} {side.label}: {side.tree} with {side.environment}")
+    run_id = run_id_now()
+    folder = _new_folder(Path(args.out), run_id)
+    log(f"writing {folder}")
+    start = time.perf_counter()
+
+    def progress(done: int, total: int, paired) -> None:
+        times = ", ".join(
+            f"{name} {format_seconds(statistics.median(r.samples)) if r.samples else r.row['status']}"
+            for name, r in paired.sides.items()
+        )
+        elapsed = time.perf_counter() - start
+        print(f"[{done}/{total} {elapsed:4.0f}s] {paired.cell.label}: {times}", file=sys.stderr)
+
+    try:
+        run_into(folder, run_id, config, sides, progress)
+    except KeyboardInterrupt:
+        print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    labels = tuple(f"{s.label} ({s.commit[:8] if s.commit else s.tree})" for s in sides.values())
+    comparison = ab_comparison(folder, labels, args.threshold, args.warn)
+    text = ab_markdown(comparison)
+    (folder / AB_MD).write_text(text, encoding="utf-8")
+    print(text)
+    if comparison.compared == 0:
+        log("nothing to compare: no cell ran on both sides")
+        return EXIT_NOTHING
+    return EXIT_FAILING if comparison.failing else 0
 
 
 def _profile(args: argparse.Namespace) -> int:
@@ -163,6 +217,26 @@ def _compare(args: argparse.Namespace) -> int:
     return EXIT_FAILING if comparison.failing else 0
 
 
+def _matrix_options(parser: argparse.ArgumentParser, repeat: int) -> None:
+    """The options of ``bench`` that choose the matrix (shared with ``ab``)."""
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a short run: {', '.join(QUICK.contenders)} on {QUICK.problems[0]} at batch "
+        f"sizes {', '.join(map(str, QUICK.batch_sizes))} (other options still apply)",
+    )
+    parser.add_argument(
+        "--contenders", nargs="+", metavar="NAME", help=f"of {', '.join(CONTENDERS)}"
+    )
+    parser.add_argument("--problem", nargs="+", metavar="NAME", help=f"of {', '.join(PROBLEMS)}")
+    parser.add_argument("--dataset", nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}")
+    parser.add_argument("--batch-sizes", nargs="+", metavar="N")
+    parser.add_argument("--devices", nargs="+", metavar="NAME", help=f"of {', '.join(DEVICES)}")
+    parser.add_argument("--epochs", type=int, help=f"epochs per fit (default {BenchConfig.epochs})")
+    parser.add_argument("--repeat", type=int, help=f"timed fits per cell (default {repeat})")
+    parser.add_argument("--out", default="reports", help="parent folder of the run folder")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ortbench", description="Benchmark training with onnxruntime against its peers."
@@ -175,24 +249,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Run contenders x problems x data sets x batch sizes x devices and write "
         "results.csv, results.jsonl, loss_curves.csv, summary.md and plots into OUT/<run-id>/.",
     )
-    bench.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"a short run: {', '.join(QUICK.contenders)} on {QUICK.problems[0]} at batch "
-        f"sizes {', '.join(map(str, QUICK.batch_sizes))} (other options still apply)",
-    )
-    bench.add_argument(
-        "--contenders", nargs="+", metavar="NAME", help=f"of {', '.join(CONTENDERS)}"
-    )
-    bench.add_argument("--problem", nargs="+", metavar="NAME", help=f"of {', '.join(PROBLEMS)}")
-    bench.add_argument("--dataset", nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}")
-    bench.add_argument("--batch-sizes", nargs="+", metavar="N")
-    bench.add_argument("--devices", nargs="+", metavar="NAME", help=f"of {', '.join(DEVICES)}")
-    bench.add_argument("--epochs", type=int, help=f"epochs per fit (default {BenchConfig.epochs})")
-    bench.add_argument(
-        "--repeat", type=int, help=f"timed fits per cell (default {BenchConfig.repeat})"
-    )
-    bench.add_argument("--out", default="reports", help="parent folder of the run folder")
+    _matrix_options(bench, BenchConfig.repeat)
     bench.set_defaults(func=_bench)
 
     comparison = commands.add_parser(
@@ -212,6 +269,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     comparison.add_argument("--out", help="also write the report to this file")
     comparison.set_defaults(func=_compare)
+
+    ab = commands.add_parser(
+        "ab",
+        help="time BASE and HEAD side by side and judge HEAD",
+        description="Run the matrix on two git refs or checkout folders, one worker process "
+        "each, their timed fits alternated (A B B A ...); judge each cell on the paired "
+        "ratios HEAD / BASE. Writes OUT/<run-id>/ with a side column and ab.md. Exit 1 when "
+        "anything regressed or failed.",
+    )
+    ab.add_argument("base", metavar="BASE", help="git ref or checkout folder")
+    ab.add_argument("head", metavar="HEAD", help="git ref or checkout folder")
+    _matrix_options(ab, AB_REPEAT)
+    ab.add_argument(
+        "--threshold", type=float, default=0.10, help="relative change that counts (0.10)"
+    )
+    ab.add_argument("--warn", type=float, default=0.05, help="relative slowdown that warns (0.05)")
+    ab.add_argument(
+        "--cache", default=str(DEFAULT_CACHE), help="exported trees and virtualenvs (%(default)s)"
+    )
+    ab.set_defaults(func=_ab)
 
     profiling = commands.add_parser(
         "profile",

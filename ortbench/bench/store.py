@@ -72,11 +72,17 @@ def _json_value(value):
 
 
 class ResultsWriter:
-    """Appends rows to a run folder's files, flushing each one."""
+    """Appends rows to a run folder's files, flushing each one.
 
-    def __init__(self, folder: str | Path):
+    ``keys`` are the columns that identify a row (:data:`KEYS`, plus ``side`` in an A/B
+    run); they follow ``run_id`` in results.csv and lead each row of loss_curves.csv.
+    """
+
+    def __init__(self, folder: str | Path, keys: list[str] = KEYS):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.keys = keys
+        self.columns = ["run_id", *keys, *COLUMNS[1 + len(KEYS) :]]
 
     def _append_csv(self, name: str, columns: list[str], rows: list[dict]) -> None:
         path = self.folder / name
@@ -87,22 +93,24 @@ class ResultsWriter:
                 writer.writeheader()
             writer.writerows(rows)
 
-    def append(self, row: dict, samples: list[float], loss_curve: list[float]) -> None:
-        """Write one finished cell: its row, its timing samples and its loss curve."""
-        missing = set(COLUMNS) - set(row)
+    def append(self, row: dict, samples: list[float], loss_curve: list[float], **details) -> None:
+        """Write one finished cell: its row, its timing samples and its loss curve
+        (``details`` go to its JSON line only)."""
+        missing = set(self.columns) - set(row)
         if missing:
             raise ValueError(f"row lacks columns {sorted(missing)}")
-        row = {c: row[c] for c in COLUMNS}
-        self._append_csv(RESULTS_CSV, COLUMNS, [row])
+        row = {c: row[c] for c in self.columns}
+        self._append_csv(RESULTS_CSV, self.columns, [row])
         record = {c: _json_value(v) for c, v in row.items()}
         record[SAMPLES] = samples
+        record.update(details)
         with open(self.folder / RESULTS_JSONL, "a") as f:
             f.write(json.dumps(record) + "\n")
         curve = [
-            {**{k: row[k] for k in KEYS}, "epoch": e + 1, "loss": v}
+            {**{k: row[k] for k in self.keys}, "epoch": e + 1, "loss": v}
             for e, v in enumerate(loss_curve)
         ]
-        self._append_csv(LOSS_CURVES_CSV, [*KEYS, "epoch", "loss"], curve)
+        self._append_csv(LOSS_CURVES_CSV, [*self.keys, "epoch", "loss"], curve)
 
 
 def read_results(folder: str | Path) -> pd.DataFrame:

@@ -1,0 +1,438 @@
+"""A/B runs: BASE and HEAD timed side by side, one worker process per side.
+
+Each side is a git ref or a checkout folder. A ref's tree is exported once into the cache,
+in a folder named by its commit. A side's worker runs with its tree first on the path,
+under this interpreter when the side's ``requirements.txt`` pins are what this
+environment has installed, otherwise in a virtualenv built from those pins (cached by
+their digest). The coordinator prepares each cell on both sides, then alternates their
+timed fits (A B, B A, A B, ... see :func:`ortbench.report.paired.alternation`), so a
+drift of the machine lands on both sides alike and the paired ratios cancel it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import io
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..report.paired import BASE, HEAD, POSITIONS, SIDE, alternation
+from ..training import OrtBenchError
+from . import ab_worker
+from .matrix import BenchConfig, Cell, cells
+from .store import KEYS, MEASURED, ResultsWriter
+
+#: Where exported trees and virtualenvs live unless ``--cache`` says otherwise.
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ortbench" / "ab"
+#: What a checkout folder holds.
+PACKAGE = Path("ortbench") / "__init__.py"
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)")
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """One side's source tree and the interpreter its worker runs under."""
+
+    label: str
+    tree: Path
+    python: str
+    #: "this interpreter" or "virtualenv <folder>"
+    environment: str
+    commit: str | None = None
+
+
+def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
+    except FileNotFoundError:
+        raise OrtBenchError("git is not installed: give checkout folders instead") from None
+
+
+def _export(commit: str, cache: Path) -> Path:
+    """The tree of ``commit``, exported once into ``cache/<commit>/src``."""
+    tree = cache / commit / "src"
+    if tree.is_dir():
+        return tree
+    archive = _git("archive", "--format=tar", commit)
+    if archive.returncode:
+        message = archive.stderr.decode(errors="replace").strip().splitlines()
+        raise OrtBenchError(f"git archive {commit} failed: {message[-1] if message else ''}")
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=tree.parent, prefix="src-"))
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(staging, filter="data")
+    try:
+        staging.rename(tree)
+    except OSError:  # another run exported it meanwhile
+        shutil.rmtree(staging)
+    return tree
+
+
+def _pins(tree: Path) -> dict[str, str]:
+    """``name==version`` lines of the tree's requirements.txt (names normalised)."""
+    path = tree / "requirements.txt"
+    if not path.exists():
+        return {}
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = _PIN.match(line)
+        if match:
+            pins[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
+    return pins
+
+
+def mismatched_pins(tree: Path) -> list[str]:
+    """The pins of the tree's requirements.txt this environment does not satisfy.
+
+    Parameters
+    ----------
+    tree : Path
+        A checkout of ortbench.
+
+    Returns
+    -------
+    list of str
+        ``name==wanted (installed: version)`` for each pin that differs; empty when the
+        running interpreter can run the tree as it is.
+    """
+    wrong = []
+    for name, wanted in _pins(tree).items():
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            installed = "none"
+        if installed != wanted:
+            wrong.append(f"{name}=={wanted} (installed: {installed})")
+    return wrong
+
+
+def _virtualenv(tree: Path, cache: Path, log: Callable[[str], None]) -> Path:
+    """A virtualenv holding the tree's pinned requirements, built once per pin set."""
+    requirements = (tree / "requirements.txt").read_bytes()
+    folder = cache / "venv" / hashlib.sha256(requirements).hexdigest()[:16]
+    python = folder / "bin" / "python"
+    done = folder / "complete"
+    if done.exists():
+        return python
+    log(f"building a virtualenv for {tree}'s requirements in {folder}")
+    shutil.rmtree(folder, ignore_errors=True)
+    for command in (
+        [sys.executable, "-m", "venv", str(folder)],
+        [str(python), "-m", "pip", "install", "--quiet", "-r", str(tree / "requirements.txt")],
+    ):
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode:
+            lines = (result.stderr or result.stdout).strip().splitlines()
+            raise OrtBenchError(
+                f"could not build the virtualenv {folder}: {lines[-1] if lines else command}"
+            )
+    done.touch()
+    return python
+
+
+def checkout(ref: str, cache: Path, log: Callable[[str], None] = print) -> Checkout:
+    """Resolve a side: a checkout folder as it is, or a git ref exported by commit.
+
+    Parameters
+    ----------
+    ref : str
+        A folder holding an ``ortbench`` package, or a git ref of the repository in the
+        current directory (``HEAD``, ``origin/main``, a commit).
+    cache : Path
+        Where exported trees and virtualenvs are kept.
+    log : callable
+        Receives a line for each slow step (an export, a virtualenv build).
+
+    Returns
+    -------
+    Checkout
+
+    Raises
+    ------
+    OrtBenchError
+        When ``ref`` is neither, or its environment cannot be built.
+    """
+    folder = Path(ref)
+    commit = None
+    if folder.is_dir():
+        if not (folder / PACKAGE).exists():
+            raise OrtBenchError(f"{ref} is a folder without {PACKAGE}: not an ortbench checkout")
+        tree = folder.resolve()
+    else:
+        resolved = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        if resolved.returncode:
+            raise OrtBenchError(
+                f"{ref} is neither a checkout folder nor a git ref of the repository here"
+            )
+        commit = resolved.stdout.decode().strip()
+        tree = _export(commit, cache)
+        if not (tree / PACKAGE).exists():
+            raise OrtBenchError(f"{ref} ({commit[:8]}) holds no {PACKAGE}")
+    if mismatched_pins(tree):
+        python = _virtualenv(tree, cache, log)
+        return Checkout(ref, tree, str(python), f"virtualenv {python.parent.parent}", commit)
+    return Checkout(ref, tree, sys.executable, "this interpreter", commit)
+
+
+class Side(Protocol):
+    """What the coordinator needs from a side: an answer to each request."""
+
+    def request(self, command: str, **fields) -> dict: ...
+
+
+class Worker:
+    """A worker process running one side's contenders (:mod:`.ab_worker`).
+
+    Parameters
+    ----------
+    name : str
+        ``BASE`` or ``HEAD``: named in errors.
+    side : Checkout
+        The tree and interpreter to run.
+    log : Path
+        The worker's stderr goes there (warnings, tracebacks).
+    """
+
+    def __init__(self, name: str, side: Checkout, log: Path):
+        self.name = name
+        self.log = log
+        environment = {**os.environ, "PYTHONPATH": str(side.tree)}
+        with open(log, "ab") as stderr:
+            self.process = subprocess.Popen(
+                [side.python, "-c", Path(ab_worker.__file__).read_text(encoding="utf-8")],
+                cwd=side.tree,
+                env=environment,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+
+    def request(self, command: str, **fields) -> dict:
+        """Send one request and wait for its reply."""
+        try:
+            self.process.stdin.write(json.dumps({"command": command, **fields}) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except OSError:
+            line = ""
+        if not line:
+            raise OrtBenchError(f"the {self.name} worker stopped: {self._last_log_line()}")
+        return json.loads(line)
+
+    def _last_log_line(self) -> str:
+        lines = self.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        return f"{lines[-1]} (log: {self.log})" if lines else f"no output (log: {self.log})"
+
+    def close(self) -> None:
+        """End the process: its input closes, it exits; killed if it does not."""
+        if self.process.stdin and not self.process.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class SideResult:
+    """One side of one cell: its row, its timed fits and their places in the cell's order."""
+
+    row: dict
+    samples: list[float] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    loss_curve: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.row["status"] == "ok"
+
+
+@dataclass
+class PairedCell:
+    """A cell run on both sides."""
+
+    cell: Cell
+    sides: dict[str, SideResult]
+
+    def sequence(self) -> tuple[list[str], list[float]]:
+        """The sides and times of the cell's timed fits, in the order they ran."""
+        fits = sorted(
+            (position, side, seconds)
+            for side, result in self.sides.items()
+            for position, seconds in zip(result.positions, result.samples)
+        )
+        return [side for _, side, _ in fits], [seconds for _, _, seconds in fits]
+
+
+def _prepare(side: Side, cell: Cell, config: BenchConfig) -> SideResult:
+    row = {**vars(cell), "epochs": config.epochs, "repeat": config.repeat}
+    reply = side.request(
+        "prepare",
+        key=cell.label,
+        cell=vars(cell),
+        epochs=config.epochs,
+        n_samples=config.n_samples,
+    )
+    if "error" in reply:
+        return SideResult({**row, "status": f"failed: {reply['error']}"})
+    return SideResult({**row, **reply})
+
+
+def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side]) -> list:
+    """Run cells that differ only by contender on both sides, timed fits alternated.
+
+    Every cell is prepared (built, fitted once, scored) on both sides; then, in round
+    ``k`` of ``config.repeat``, each cell in turn gets one timed fit from each side in
+    the order ``alternation(repeat)[k]``. A side whose cell failed or could not run is
+    skipped; a timed fit that breaks marks that side's cell failed.
+
+    Returns
+    -------
+    list of PairedCell
+        One per cell of the group, in order.
+    """
+    results = [
+        PairedCell(cell, {name: _prepare(side, cell, config) for name, side in sides.items()})
+        for cell in group
+    ]
+    for order in alternation(config.repeat):
+        for paired in results:
+            for name in order:
+                result = paired.sides[name]
+                if not result.ok:
+                    continue
+                reply = sides[name].request("time", key=paired.cell.label, epochs=config.epochs)
+                position = sum(len(r.samples) for r in paired.sides.values())
+                if "error" in reply:
+                    result.row["status"] = f"failed: {reply['error']}"
+                    continue
+                result.samples.append(reply["seconds"])
+                result.positions.append(position)
+    for paired in results:
+        for name, result in paired.sides.items():
+            if not result.ok:
+                continue
+            reply = sides[name].request("finish", key=paired.cell.label)
+            result.loss_curve = reply.pop("loss_curve", [])
+            result.row.update(reply)
+    return results
+
+
+def run_ab(
+    config: BenchConfig,
+    sides: dict[str, Side],
+    done: Callable[[PairedCell], None],
+) -> None:
+    """Run every cell of the matrix on both sides, group by group (see
+    :func:`run_pair_group`); ``done`` receives each cell as its group finishes."""
+    if set(sides) != {BASE, HEAD}:
+        raise ValueError(f"sides must be {BASE} and {HEAD}, got {sorted(sides)}")
+    for _, group in itertools.groupby(
+        cells(config.check()), key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
+    ):
+        for paired in run_pair_group(list(group), config, sides):
+            done(paired)
+
+
+#: Timed fits per side and cell unless ``--repeat`` says otherwise: enough pairs for the
+#: signed-rank test to decide (see :func:`ortbench.report.paired.min_pvalue`).
+AB_REPEAT = 12
+#: What ``ab.json`` in an A/B run folder holds: each side's ref, commit, tree, environment.
+AB_JSON = "ab.json"
+
+
+def _row(paired: PairedCell, name: str, context: dict, run_id: str) -> dict:
+    result = paired.sides[name]
+    row = {column: math.nan for column in MEASURED} | context | result.row
+    row.update(run_id=run_id, side=name)
+    if result.ok and result.samples:
+        row.update(
+            seconds_per_step=float(np.median(result.samples)),
+            seconds_per_step_min=min(result.samples),
+            seconds_per_step_max=max(result.samples),
+        )
+    return row
+
+
+def run_into(
+    folder: Path,
+    run_id: str,
+    config: BenchConfig,
+    sides: dict[str, Checkout],
+    progress: Callable[[int, int, PairedCell], None] | None = None,
+) -> None:
+    """Run the matrix on both sides with one worker each; write the run folder.
+
+    Parameters
+    ----------
+    folder : Path
+        The run folder: results.csv, results.jsonl and loss_curves.csv with a ``side``
+        column (each JSON line also holds its timed fits' places in the cell's order),
+        ``ab.json`` and each worker's log.
+    run_id : str
+        The ``run_id`` column.
+    config : BenchConfig
+        The matrix, epochs and repeat.
+    sides : dict
+        ``BASE`` and ``HEAD`` checkouts.
+    progress : callable, optional
+        Called with (cells done, cells, cell) as each cell finishes.
+
+    Raises
+    ------
+    OrtBenchError
+        When a worker does not start or stops.
+    """
+    writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
+    info = {name: {**vars(side), "tree": str(side.tree)} for name, side in sides.items()}
+    (folder / AB_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    workers = {
+        name: Worker(name, side, folder / f"worker-{name}.log") for name, side in sides.items()
+    }
+    total, done = len(cells(config.check())), 0
+    try:
+        context = {}
+        for name, worker in workers.items():
+            hello = worker.request("hello")
+            expected = sides[name].tree / "ortbench"
+            if "error" in hello or Path(hello["ortbench"]) != expected:
+                raise OrtBenchError(
+                    f"the {name} worker did not import ortbench from {expected}: "
+                    f"{hello.get('error') or hello['ortbench']}"
+                )
+            context[name] = hello["context"]
+
+        def write(paired: PairedCell) -> None:
+            nonlocal done
+            for name, result in paired.sides.items():
+                row = _row(paired, name, context[name], run_id)
+                writer.append(
+                    row, result.samples, result.loss_curve, **{POSITIONS: result.positions}
+                )
+            done += 1
+            if progress is not None:
+                progress(done, total, paired)
+
+        run_ab(config, workers, write)
+    finally:
+        for worker in workers.values():
+            worker.close()
