@@ -14,15 +14,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .bench.ab import AB_REPEAT, DEFAULT_CACHE, checkout, run_into
+from .bench.ab import AB_REPEAT, DEFAULT_CACHE, checkout, run_ab, started
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
 from .bench.problems import PROBLEMS, make_problem
-from .bench.store import RESULTS_CSV, ResultsWriter
+from .bench.store import KEYS, RESULTS_CSV, ResultsWriter
 from .profiling.driver import ProfileRequest, profile
 from .report.html import write_index
-from .report.paired import AB_MD, ALPHA, SIDES, ab_comparison, ab_markdown, min_pvalue
+from .report.paired import AB_MD, ALPHA, SIDE, SIDES, ab_comparison, ab_markdown, min_pvalue
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
 from .report.summary import SUMMARY_MD
@@ -140,7 +140,8 @@ def _ab(args: argparse.Namespace) -> int:
         print(f"[{done}/{total} {elapsed:4.0f}s] {paired.cell.label}: {times}", file=sys.stderr)
 
     try:
-        run_into(folder, run_id, config, sides, progress)
+        with started(folder, sides) as workers:
+            run_ab(config, workers, ResultsWriter(folder, keys=[*KEYS, SIDE]), run_id, progress)
     except KeyboardInterrupt:
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -25,18 +25,18 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from ..report.paired import BASE, HEAD, POSITIONS, SIDE, alternation
+from ..report.paired import POSITIONS, SIDES, alternation
 from ..training import OrtBenchError
 from . import ab_worker
 from .matrix import BenchConfig, Cell, cells
-from .store import KEYS, MEASURED, ResultsWriter
+from .store import MEASURED, ResultsWriter
 
 #: Where exported trees and virtualenvs live unless ``--cache`` says otherwise.
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ortbench" / "ab"
@@ -191,7 +191,10 @@ def checkout(ref: str, cache: Path, log: Callable[[str], None] = print) -> Check
 
 
 class Side(Protocol):
-    """What the coordinator needs from a side: an answer to each request."""
+    """What the coordinator needs from a side: its versions and machine (the row's
+    context columns) and an answer to each request."""
+
+    context: dict
 
     def request(self, command: str, **fields) -> dict: ...
 
@@ -223,6 +226,15 @@ class Worker:
                 stderr=stderr,
                 text=True,
             )
+        hello = self.request("hello")
+        expected = side.tree / "ortbench"
+        if "error" in hello or Path(hello["ortbench"]) != expected:
+            self.close()
+            found = hello.get("error") or hello["ortbench"]
+            raise OrtBenchError(
+                f"the {name} worker did not import ortbench from {expected}: {found}"
+            )
+        self.context: dict = hello["context"]
 
     def request(self, command: str, **fields) -> dict:
         """Send one request and wait for its reply."""
@@ -337,22 +349,6 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
     return results
 
 
-def run_ab(
-    config: BenchConfig,
-    sides: dict[str, Side],
-    done: Callable[[PairedCell], None],
-) -> None:
-    """Run every cell of the matrix on both sides, group by group (see
-    :func:`run_pair_group`); ``done`` receives each cell as its group finishes."""
-    if set(sides) != {BASE, HEAD}:
-        raise ValueError(f"sides must be {BASE} and {HEAD}, got {sorted(sides)}")
-    for _, group in itertools.groupby(
-        cells(config.check()), key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
-    ):
-        for paired in run_pair_group(list(group), config, sides):
-            done(paired)
-
-
 #: Timed fits per side and cell unless ``--repeat`` says otherwise: enough pairs for the
 #: signed-rank test to decide (see :func:`ortbench.report.paired.min_pvalue`).
 AB_REPEAT = 12
@@ -373,66 +369,71 @@ def _row(paired: PairedCell, name: str, context: dict, run_id: str) -> dict:
     return row
 
 
-def run_into(
-    folder: Path,
-    run_id: str,
+@contextlib.contextmanager
+def started(folder: Path, sides: dict[str, Checkout]) -> Iterator[dict[str, Worker]]:
+    """One worker per side, logging into ``folder`` (where ``ab.json`` records the
+    sides); the workers end with the block."""
+    info = {name: {**vars(side), "tree": str(side.tree)} for name, side in sides.items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / AB_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    workers: dict[str, Worker] = {}
+    try:
+        for name, side in sides.items():
+            workers[name] = Worker(name, side, folder / f"worker-{name}.log")
+        yield workers
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
+def run_ab(
     config: BenchConfig,
-    sides: dict[str, Checkout],
+    sides: dict[str, Side],
+    writer: ResultsWriter,
+    run_id: str,
     progress: Callable[[int, int, PairedCell], None] | None = None,
-) -> None:
-    """Run the matrix on both sides with one worker each; write the run folder.
+) -> int:
+    """Run every cell of the matrix on both sides, group by group (see
+    :func:`run_pair_group`), and append both sides' rows as each group finishes.
 
     Parameters
     ----------
-    folder : Path
-        The run folder: results.csv, results.jsonl and loss_curves.csv with a ``side``
-        column (each JSON line also holds its timed fits' places in the cell's order),
-        ``ab.json`` and each worker's log.
-    run_id : str
-        The ``run_id`` column.
     config : BenchConfig
         The matrix, epochs and repeat.
     sides : dict
-        ``BASE`` and ``HEAD`` checkouts.
+        ``BASE`` and ``HEAD`` sides (workers).
+    writer : ResultsWriter
+        Writes the run folder; its keys include ``side``. Each JSON line also holds the
+        places of its timed fits in the cell's order of fits (``fit_positions``).
+    run_id : str
+        The ``run_id`` column.
     progress : callable, optional
         Called with (cells done, cells, cell) as each cell finishes.
+
+    Returns
+    -------
+    int
+        The number of cells.
 
     Raises
     ------
     OrtBenchError
-        When a worker does not start or stops.
+        When a worker stops.
     """
-    writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
-    info = {name: {**vars(side), "tree": str(side.tree)} for name, side in sides.items()}
-    (folder / AB_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
-    workers = {
-        name: Worker(name, side, folder / f"worker-{name}.log") for name, side in sides.items()
-    }
-    total, done = len(cells(config.check())), 0
-    try:
-        context = {}
-        for name, worker in workers.items():
-            hello = worker.request("hello")
-            expected = sides[name].tree / "ortbench"
-            if "error" in hello or Path(hello["ortbench"]) != expected:
-                raise OrtBenchError(
-                    f"the {name} worker did not import ortbench from {expected}: "
-                    f"{hello.get('error') or hello['ortbench']}"
-                )
-            context[name] = hello["context"]
-
-        def write(paired: PairedCell) -> None:
-            nonlocal done
+    if set(sides) != set(SIDES):
+        raise ValueError(f"sides must be {SIDES}, got {sorted(sides)}")
+    todo = cells(config.check())
+    done = 0
+    for _, group in itertools.groupby(
+        todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
+    ):
+        for paired in run_pair_group(list(group), config, sides):
             for name, result in paired.sides.items():
-                row = _row(paired, name, context[name], run_id)
+                row = _row(paired, name, sides[name].context, run_id)
                 writer.append(
                     row, result.samples, result.loss_curve, **{POSITIONS: result.positions}
                 )
             done += 1
             if progress is not None:
-                progress(done, total, paired)
-
-        run_ab(config, workers, write)
-    finally:
-        for worker in workers.values():
-            worker.close()
+                progress(done, len(todo), paired)
+    return len(todo)
