@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .bench.ab import AB_REPEAT, DEFAULT_CACHE, checkout, run_ab, started
+from .bench.calibration import write_calibration
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
@@ -93,7 +94,9 @@ def _bench(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     print(f"ortbench bench: writing {folder}", file=sys.stderr)
     try:
-        run_matrix(config, ResultsWriter(folder), run_id, progress=_progress(start))
+        writer = ResultsWriter(folder)
+        write_calibration(folder, config.repeat)
+        run_matrix(config, writer, run_id, progress=_progress(start))
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():
             _write_reports(folder)
