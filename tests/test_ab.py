@@ -202,3 +202,15 @@ def test_ab_runs_a_git_ref_against_a_checkout_folder(tmp_path, capsys, monkeypat
     assert records[0]["final_train_loss"] == pytest.approx(records[1]["final_train_loss"])
     report = (folder / "ab.md").read_text()
     assert report in capsys.readouterr().out
+
+
+def test_a_side_whose_ortbench_does_not_import_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    broken = tmp_path / "broken"
+    (broken / "ortbench").mkdir(parents=True)
+    (broken / "ortbench" / "__init__.py").write_text("raise ImportError('broken checkout')\n")
+    argv = ["ab", str(broken), str(ROOT), "--quick", "--cache", str(tmp_path / "cache")]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("ortbench: error: the BASE worker did not import ortbench from")
+    assert err[-1].endswith("ImportError: broken checkout")
