@@ -1,8 +1,9 @@
 """The ``ortbench`` command: ``bench`` runs the comparison matrix, ``compare`` judges two runs,
-``ab`` times two checkouts side by side, ``profile`` profiles one contender, ``report`` writes a run folder's ``index.html``.
+``ab`` times two checkouts side by side, ``profile`` profiles one contender, ``report``
+writes a run folder's ``index.html``.
 
-Exit status: 0 success; 1 ``compare`` or ``ab`` found a regression or a failure; 2 bad input (one
-line on stderr); 3 ``compare`` had nothing to compare; 130 interrupted.
+Exit status: 0 success; 1 ``compare`` or ``ab`` found a regression or a failure; 2 bad
+input (one line on stderr); 3 ``compare`` or ``ab`` had nothing to compare; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .bench.ab import AB_REPEAT, DEFAULT_CACHE, checkout, run_ab, started
+from .bench.ab import AB_REPEAT, DEFAULT_CACHE, PairedCell, checkout, run_ab, started
 from .bench.calibration import write_calibration
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
@@ -122,7 +123,10 @@ def _ab(args: argparse.Namespace) -> int:
             f"--repeat {args.repeat} is too few pairs for the paired test to reach p < {ALPHA}"
         )
     config = _matrix_config(args)
-    log = lambda line: print(f"ortbench ab: {line}", file=sys.stderr)  # noqa: E731
+
+    def log(line: str) -> None:
+        print(f"ortbench ab: {line}", file=sys.stderr)
+
     sides = {
         name: checkout(ref, Path(args.cache), log)
         for name, ref in zip(SIDES, (args.base, args.head))
@@ -134,7 +138,7 @@ def _ab(args: argparse.Namespace) -> int:
     log(f"writing {folder}")
     start = time.perf_counter()
 
-    def progress(done: int, total: int, paired) -> None:
+    def progress(done: int, total: int, paired: PairedCell) -> None:
         times = ", ".join(
             f"{name} {format_seconds(statistics.median(r.samples)) if r.samples else r.row['status']}"
             for name, r in paired.sides.items()

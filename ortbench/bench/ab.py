@@ -228,7 +228,7 @@ class Worker:
             )
         hello = self.request("hello")
         expected = side.tree / "ortbench"
-        if "error" in hello or Path(hello["ortbench"]) != expected:
+        if "error" in hello or Path(hello["ortbench"]).resolve() != expected.resolve():
             self.close()
             found = hello.get("error") or hello["ortbench"]
             raise OrtBenchError(
@@ -284,15 +284,6 @@ class PairedCell:
 
     cell: Cell
     sides: dict[str, SideResult]
-
-    def sequence(self) -> tuple[list[str], list[float]]:
-        """The sides and times of the cell's timed fits, in the order they ran."""
-        fits = sorted(
-            (position, side, seconds)
-            for side, result in self.sides.items()
-            for position, seconds in zip(result.positions, result.samples)
-        )
-        return [side for _, side, _ in fits], [seconds for _, _, seconds in fits]
 
 
 def _prepare(side: Side, cell: Cell, config: BenchConfig) -> SideResult:
