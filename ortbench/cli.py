@@ -146,13 +146,16 @@ def _ab(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - start
         print(f"[{done}/{total} {elapsed:4.0f}s] {paired.cell.label}: {times}", file=sys.stderr)
 
+    labels = tuple(f"{s.label} ({s.commit[:8] if s.commit else s.tree})" for s in sides.values())
     try:
         with started(folder, sides) as workers:
             run_ab(config, workers, ResultsWriter(folder, keys=[*KEYS, SIDE]), run_id, progress)
     except KeyboardInterrupt:
+        if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
+            comparison = ab_comparison(folder, labels, args.threshold, args.warn)
+            (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    labels = tuple(f"{s.label} ({s.commit[:8] if s.commit else s.tree})" for s in sides.values())
     comparison = ab_comparison(folder, labels, args.threshold, args.warn)
     text = ab_markdown(comparison)
     (folder / AB_MD).write_text(text, encoding="utf-8")
