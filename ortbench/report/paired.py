@@ -32,6 +32,7 @@ from .verdicts import (
     WARNING,
     Comparison,
     Verdict,
+    escape_cell,
     judge,
 )
 
@@ -136,15 +137,18 @@ def min_pvalue(n: int) -> float:
 
 
 def paired_verdict(test: PairedTest, threshold: float, warn: float) -> str:
-    """regressed / improved beyond ``threshold``, warning beyond ``warn``, not significant
-    when the median ratio is beyond the threshold but the test cannot tell it from noise,
+    """As ``compare`` decides on a significant change: regressed beyond ``threshold``,
+    warning beyond ``warn``, improved faster beyond ``warn``; not significant when the
+    median ratio is beyond the threshold but the test cannot tell it from noise;
     unchanged otherwise."""
     beyond = test.ratio > 1 + threshold or test.ratio < 1 / (1 + threshold)
     if not test.significant:
         return NOT_SIGNIFICANT if beyond else UNCHANGED
     if beyond:
         return REGRESSED if test.ratio > 1 else IMPROVED
-    return WARNING if test.ratio > 1 + warn else UNCHANGED
+    if test.ratio > 1 + warn:
+        return WARNING
+    return IMPROVED if test.ratio < 1 / (1 + warn) else UNCHANGED
 
 
 def _measurement(record: dict, name: str, unit: str) -> Measurement:
@@ -238,8 +242,8 @@ def _table(verdicts: list[Verdict]) -> list[str]:
         verdict = f"**{v.verdict}**" if v.verdict in (FAILED, REGRESSED) else v.verdict
         note = f" ({v.note})" if v.note else ""
         lines.append(
-            f"| {verdict}{note} | {v.benchmark} | {v.params} | {_value(v.before)} "
-            f"| {_value(v.after)} | {ratio} |"
+            f"| {escape_cell(verdict + note)} | {v.benchmark} | {escape_cell(v.params)} "
+            f"| {_value(v.before)} | {_value(v.after)} | {ratio} |"
         )
     return lines
 
@@ -289,6 +293,7 @@ def ab_markdown(comparison: Comparison) -> str:
         "fits of each one's time over its neighbouring BASE fits. A change counts when the "
         f"signed-rank test of those ratios gives p < {ALPHA} and the ratio is beyond "
         f"{comparison.threshold:.0%}; warnings are significant slowdowns beyond "
+        f"{comparison.warn:.0%}, improvements significant speed-ups beyond "
         f"{comparison.warn:.0%}.",
     ]
     return "\n".join(lines) + "\n"
