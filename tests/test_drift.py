@@ -1,5 +1,5 @@
 """Drift between runs made apart: the calibration each run records, and ``compare`` judging
-on times normalised by it, on synthetic run folders."""
+on times normalised by it, on synthetic run folders; counters first in its report."""
 
 from __future__ import annotations
 
@@ -128,3 +128,16 @@ def test_calibration_probes(tmp_path):
     (tmp_path / CALIBRATION_JSON).write_text("{not json")
     with pytest.raises(OrtBenchError, match="not a calibration file"):
         read_calibration(tmp_path)
+
+
+def test_compare_lists_counter_verdicts_first(tmp_path, capsys):
+    base = run_folder(tmp_path / "base", CELLS, PROBES)
+    records = [json.loads(x) for x in (base / "results.jsonl").read_text().splitlines()]
+    records[-1]["ortvalues_per_step"] = 1.0  # ort-fwbw-nesterov allocated in BASE, not in HEAD
+    (base / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    head = run_folder(tmp_path / "head", {**CELLS, "ort-full": 2e-4}, PROBES)
+    status, report = compare(tmp_path, base, head, capsys)
+    assert status == 1
+    rows = [x for x in report.splitlines() if x.startswith("| ") and "_per_step`" in x]
+    assert rows[0].startswith("| improved |") and "`ortvalues_per_step`" in rows[0]
+    assert rows[1].startswith("| **regressed** |") and "`seconds_per_step`" in rows[1]

@@ -158,7 +158,8 @@ def compare(
         ):
             verdict = DRIFT
         verdicts.append(Verdict(*key, before, after, verdict, ratio, note))
-    verdicts.sort(key=lambda v: ORDER.index(v.verdict))
+    # counters are exact: their verdicts come first, then the timings'
+    verdicts.sort(key=lambda v: (not (v.before or v.after).counter, ORDER.index(v.verdict)))
     return Comparison(base.label, head.label, threshold, warn, verdicts, drift)
 
 
