@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from ortbench.bench.contenders import CONTENDERS, Contender, Unavailable, make_contender
+from ortbench.bench.machine import available_devices
 from ortbench.bench.problems import PROBLEMS, make_problem
 
 CONTENDER_NAMES = list(CONTENDERS)
 PROBLEM_NAMES = list(PROBLEMS)
 BATCH_SIZES = [1, 15, 256]
-DEVICES = ["cpu", "cuda"]
+#: the CPU, and CUDA where a device answers
+DEVICES = list(available_devices())
 
 PARAMS = [CONTENDER_NAMES, PROBLEM_NAMES, BATCH_SIZES, DEVICES]
 PARAM_NAMES = ["contender", "problem", "batch_size", "device"]

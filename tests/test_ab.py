@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ortbench.bench.ab import AB_REPEAT, mismatched_pins, run_ab
+from ortbench.bench.contenders.base import SHORT_EPOCHS
 from ortbench.bench.machine import machine, versions
 from ortbench.bench.matrix import BenchConfig
 from ortbench.bench.store import KEYS, ResultsWriter, read_records
@@ -42,9 +43,10 @@ CONTEXT = versions() | machine()
 
 
 class FakeSide:
-    """A side that fits nothing: it logs each request on a shared clock and answers a
-    time that grows geometrically with the number of fits timed so far (a drift of the
-    machine), times ``factor``."""
+    """A side that fits nothing: it logs each request on a shared clock and answers, for
+    a fit of ``epochs`` epochs of 10 steps, a fixed cost of 1 ms plus 0.1 ms a step, times
+    ``factor``, times a drift of the machine that grows geometrically with the number of
+    rounds (short and long fits) timed so far."""
 
     def __init__(self, name: str, log: list, factor: float, ortvalues: int = 0, drift=1.05):
         self.name, self.log, self.factor = name, log, factor
@@ -52,12 +54,14 @@ class FakeSide:
         self.context = CONTEXT
 
     def request(self, command: str, **fields) -> dict:
-        self.log.append((command, self.name, fields.get("key")))
+        self.log.append((command, self.name, fields.get("key"), fields.get("epochs")))
         if command == "prepare":
-            return {"steps": 10, "status": "ok", "initial_loss": 1.0, "final_train_loss": 0.5}
+            steps = 10 * fields["epochs"]
+            return {"steps": steps, "status": "ok", "initial_loss": 1.0, "final_train_loss": 0.5}
         if command == "time":
-            clock = sum(entry[0] == "time" for entry in self.log)
-            return {"seconds": self.factor * 1e-4 * self.drift**clock}
+            clock = sum(entry[0] == "time" for entry in self.log) // 8  # 8 fits a round
+            seconds = 1e-3 + 1e-4 * 10 * fields["epochs"]
+            return {"seconds": self.factor * seconds * self.drift**clock}
         return {"loss_curve": [0.7, 0.5], "runs_per_step": 2, "ortvalues_per_step": self.ortvalues}
 
 
@@ -73,15 +77,19 @@ def fake_run(folder: Path, head_factor: float, head_ortvalues: int = 0) -> list:
 
 def test_timed_fits_alternate_a_b_b_a_within_each_cell(tmp_path):
     log = fake_run(tmp_path, 1.0)
-    commands = [command for command, _, _ in log]
-    # every cell is prepared on both sides before any timing, finished after all of it
-    assert commands == ["prepare"] * 4 + ["time"] * 4 * AB_REPEAT + ["finish"] * 4
-    timed = [(side, key.split()[0]) for command, side, key in log if command == "time"]
+    commands = [entry[0] for entry in log]
+    # every cell is prepared on both sides before any timing, finished after all of it;
+    # each round is a short and a long fit of each cell on each side
+    assert commands == ["prepare"] * 4 + ["time"] * 8 * AB_REPEAT + ["finish"] * 4
+    timed = [(side, key.split()[0], epochs) for command, side, key, epochs in log[4:-4]]
+    short, long = SHORT_EPOCHS, SHORT_EPOCHS + CONFIG.epochs
+    assert [epochs for _, _, epochs in timed] == ([short] * 4 + [long] * 4) * AB_REPEAT
     for contender in CONFIG.contenders:
-        sides = [side for side, name in timed if name == contender]
-        assert sides == [BASE, HEAD, HEAD, BASE] * (AB_REPEAT // 2)
+        for length in (short, long):
+            sides = [s for s, name, epochs in timed if name == contender and epochs == length]
+            assert sides == [BASE, HEAD, HEAD, BASE] * (AB_REPEAT // 2)
     # the contenders of a group take turns within each round
-    assert [name for _, name in timed[:8]] == ["ort-full"] * 2 + ["ort-fwbw"] * 2 + [
+    assert [name for _, name, _ in timed[:8]] == ["ort-full"] * 2 + ["ort-fwbw"] * 2 + [
         "ort-full"
     ] * 2 + ["ort-fwbw"] * 2
     records = read_records(tmp_path)
@@ -95,13 +103,17 @@ def test_timed_fits_alternate_a_b_b_a_within_each_cell(tmp_path):
 
 
 def test_pairing_cancels_a_drift_of_the_machine(tmp_path):
-    """Times grow 5% with every fit: over a cell's 24 fits the machine slows 3x."""
+    """Times grow 5% with every round: over 12 rounds the machine slows 1.7x."""
     fake_run(tmp_path / "ab", 2.0)
     comparison = ab_comparison(tmp_path / "ab")
     times = [v for v in comparison.verdicts if v.benchmark == "seconds_per_step"]
     assert [v.verdict for v in times] == [REGRESSED, REGRESSED]
     for v in times:
         assert v.ratio == pytest.approx(2.0, rel=1e-9)
+    records = read_records(tmp_path / "ab")
+    # the slope removes the 1 ms a fit pays once: 0.1 ms a step (at BASE's first round)
+    assert min(records[0]["seconds_per_step_samples"]) == pytest.approx(1e-4)
+    assert records[0]["seconds_per_fit_overhead"] > 1e-3
     fake_run(tmp_path / "aa", 1.0)
     comparison = ab_comparison(tmp_path / "aa")
     assert {v.verdict for v in comparison.verdicts} == {UNCHANGED}
@@ -214,3 +226,11 @@ def test_a_side_whose_ortbench_does_not_import_is_one_line(tmp_path, capsys, mon
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("ortbench: error: the BASE worker did not import ortbench from")
     assert err[-1].endswith("ImportError: broken checkout")
+
+
+def test_times_that_are_not_positive_are_left_out_of_the_pairs():
+    # a slope lost in the noise (-1.0) is no time: the HEAD fit at 3 pairs with A at 0 and 4
+    sides = [BASE, HEAD, HEAD, BASE, BASE, HEAD]
+    ratios = neighbour_ratios(sides, [1.0, -1.0, 4.0, 0.0, 4.0, 8.0])
+    assert ratios == pytest.approx([2.0, 2.0])
+    assert neighbour_ratios([BASE, HEAD], [-1.0, 2.0]) == []

@@ -35,7 +35,9 @@ import numpy as np
 from ..report.paired import POSITIONS, SIDES, alternation
 from ..training import OrtBenchError
 from . import ab_worker
-from .matrix import BenchConfig, Cell, cells
+from .contenders.base import SHORT_EPOCHS, slope
+from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells
+from .problems import make_problem
 from .store import MEASURED, ResultsWriter
 
 #: Where exported trees and virtualenvs live unless ``--cache`` says otherwise.
@@ -270,6 +272,7 @@ class SideResult:
 
     row: dict
     samples: list[float] = field(default_factory=list)
+    overheads: list[float] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     loss_curve: list[float] = field(default_factory=list)
 
@@ -287,49 +290,78 @@ class PairedCell:
 
 
 def _prepare(side: Side, cell: Cell, config: BenchConfig) -> SideResult:
-    row = {**vars(cell), "epochs": config.epochs, "repeat": config.repeat}
+    """Build, fit once and score the cell on one side, on the data ``bench`` sizes for it."""
+    problem = _problem(cell, config)
+    row = _row(cell, config, problem)
+    rows = len(problem.data.X_train)
+    if rows < MIN_BATCHES * cell.batch_size:
+        reason = f"batch size {cell.batch_size} is more than an eighth of {rows} training rows"
+        return SideResult({**row, "status": f"unavailable: {reason}"})
+    default = make_problem(cell.problem, cell.dataset, n_samples=config.n_samples)
+    n_samples = config.n_samples if problem is default else rows + len(problem.data.X_val)
     reply = side.request(
-        "prepare",
-        key=cell.label,
-        cell=vars(cell),
-        epochs=config.epochs,
-        n_samples=config.n_samples,
+        "prepare", key=cell.label, cell=vars(cell), epochs=config.epochs, n_samples=n_samples
     )
     if "error" in reply:
         return SideResult({**row, "status": f"failed: {reply['error']}"})
     return SideResult({**row, **reply})
 
 
+def _durations(
+    results: list[PairedCell], sides: dict[str, Side], order: tuple[str, str], epochs: int
+) -> dict[tuple[int, str], float]:
+    """One fit of ``epochs`` epochs of every cell on each side in ``order``; a fit that
+    breaks marks that side's cell failed."""
+    durations = {}
+    for k, paired in enumerate(results):
+        for name in order:
+            result = paired.sides[name]
+            if not result.ok:
+                continue
+            reply = sides[name].request("time", key=paired.cell.label, epochs=epochs)
+            if "error" in reply:
+                result.row["status"] = f"failed: {reply['error']}"
+            else:
+                durations[k, name] = reply["seconds"]
+    return durations
+
+
 def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side]) -> list:
     """Run cells that differ only by contender on both sides, timed fits alternated.
 
-    Every cell is prepared (built, fitted once, scored) on both sides; then, in round
-    ``k`` of ``config.repeat``, each cell in turn gets one timed fit from each side in
-    the order ``alternation(repeat)[k]``. A side whose cell failed or could not run is
-    skipped; a timed fit that breaks marks that side's cell failed.
+    Every cell is prepared (built, fitted once, scored) on both sides. Then each round
+    times a short fit (``SHORT_EPOCHS`` epochs) of every cell on both sides, then a long
+    one (``SHORT_EPOCHS + epochs``), as ``bench`` does; the sides take turns in the
+    order ``alternation(repeat)[k]`` in round ``k``. A round's sample of a side is the
+    slope between its two fits: the time per step without what a fit pays once. A side
+    whose cell failed or could not run is skipped; a fit that breaks marks it failed.
 
     Returns
     -------
     list of PairedCell
-        One per cell of the group, in order.
+        One per cell of the group, in order; each side's samples in the order they ran,
+        with their places in the cell's order of samples (both sides counted).
     """
     results = [
         PairedCell(cell, {name: _prepare(side, cell, config) for name, side in sides.items()})
         for cell in group
     ]
+    long_epochs = SHORT_EPOCHS + config.epochs
     for order in alternation(config.repeat):
-        for paired in results:
+        short = _durations(results, sides, order, SHORT_EPOCHS)
+        long = _durations(results, sides, order, long_epochs)
+        for k, paired in enumerate(results):
             for name in order:
                 result = paired.sides[name]
-                if not result.ok:
+                if not result.ok or (k, name) not in long:
                     continue
-                reply = sides[name].request("time", key=paired.cell.label, epochs=config.epochs)
-                position = sum(len(r.samples) for r in paired.sides.values())
-                if "error" in reply:
-                    result.row["status"] = f"failed: {reply['error']}"
-                    continue
-                result.samples.append(reply["seconds"])
-                result.positions.append(position)
+                steps = result.row["steps"] // config.epochs
+                per_step, per_fit = slope(
+                    short[k, name], long[k, name], SHORT_EPOCHS * steps, long_epochs * steps
+                )
+                result.positions.append(sum(len(r.samples) for r in paired.sides.values()))
+                result.samples.append(per_step)
+                result.overheads.append(per_fit)
     for paired in results:
         for name, result in paired.sides.items():
             if not result.ok:
@@ -347,7 +379,7 @@ AB_REPEAT = 12
 AB_JSON = "ab.json"
 
 
-def _row(paired: PairedCell, name: str, context: dict, run_id: str) -> dict:
+def _side_row(paired: PairedCell, name: str, context: dict, run_id: str) -> dict:
     result = paired.sides[name]
     row = {column: math.nan for column in MEASURED} | context | result.row
     row.update(run_id=run_id, side=name)
@@ -356,6 +388,7 @@ def _row(paired: PairedCell, name: str, context: dict, run_id: str) -> dict:
             seconds_per_step=float(np.median(result.samples)),
             seconds_per_step_min=min(result.samples),
             seconds_per_step_max=max(result.samples),
+            seconds_per_fit_overhead=float(np.median(result.overheads)),
         )
     return row
 
@@ -420,7 +453,7 @@ def run_ab(
     ):
         for paired in run_pair_group(list(group), config, sides):
             for name, result in paired.sides.items():
-                row = _row(paired, name, sides[name].context, run_id)
+                row = _side_row(paired, name, sides[name].context, run_id)
                 writer.append(
                     row, result.samples, result.loss_curve, **{POSITIONS: result.positions}
                 )

@@ -20,9 +20,9 @@ from ..training import OrtBenchError
 VALIDATION_FRACTION = 0.2
 
 
-def _make_regression(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    # the tutorial's data set
-    return make_regression(1000, n_features=100, bias=2, random_state=seed)
+def _make_regression(seed: int, n_samples: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    # the tutorial's data set: 1,000 rows, more when more are asked for
+    return make_regression(max(1000, n_samples or 0), n_features=100, bias=2, random_state=seed)
 
 
 def _diabetes(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -42,6 +42,8 @@ _LOADERS = {
 _CLASSIFICATION = {"breast_cancer"}
 
 DATASETS = tuple(_LOADERS)
+#: Generated data sets: they grow to the ``n_samples`` asked for.
+GENERATED = ("make_regression",)
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,12 @@ def load_split(name: str, task: str, n_samples: int | None = None, seed: int = 0
     """Load data set ``name`` for ``task`` ('regression' or 'binary') and split it.
 
     ``n_samples`` keeps that many rows (drawn at random) before splitting: small runs for
-    tests. Regression targets are float32, binary labels int64.
+    tests; generated data sets make that many when they have fewer. Regression targets
+    are float32, binary labels int64.
     """
     if name not in _LOADERS:
         raise OrtBenchError(f"unknown dataset {name!r}: expected one of {list(DATASETS)}")
-    X, target = _LOADERS[name](seed)
+    X, target = _LOADERS[name](seed, n_samples) if name in GENERATED else _LOADERS[name](seed)
     if n_samples is not None:
         if n_samples < 10:
             raise OrtBenchError(f"n_samples must be >= 10, got {n_samples}")

@@ -66,24 +66,28 @@ def neighbour_ratios(sides: Sequence[str], seconds: Sequence[float]) -> list[flo
     sides : sequence of str
         ``BASE`` or ``HEAD`` for each timed fit of one cell, in the order they ran.
     seconds : sequence of float
-        The time of each of those fits.
+        The time of each of those fits. Times that are not positive (a slope lost in the
+        noise) are left out.
 
     Returns
     -------
     list of float
         For each HEAD fit in order, its time over the geometric mean of the nearest BASE
-        fit before it and the nearest after it (only one of them at either end).
+        fit before it and the nearest after it (only one of them at either end); empty
+        when a side has no positive time.
 
     Raises
     ------
     ValueError
-        When the lengths differ or one side has no fit.
+        When the lengths differ.
     """
     if len(sides) != len(seconds):
         raise ValueError(f"{len(sides)} sides for {len(seconds)} times")
+    kept = [(side, t) for side, t in zip(sides, seconds) if t > 0]
+    sides, seconds = [side for side, _ in kept], [t for _, t in kept]
     base = [k for k, side in enumerate(sides) if side == BASE]
-    if not base or HEAD not in sides:
-        raise ValueError("both sides need at least one fit")
+    if not base:
+        return []
     ratios = []
     for k, side in enumerate(sides):
         if side != HEAD:
@@ -184,6 +188,12 @@ def _cell_verdicts(params: str, base: dict, head: dict, threshold: float, warn: 
         for position, seconds in zip(record[POSITIONS], record[SAMPLES])
     )
     ratios = neighbour_ratios([f[1] for f in fits], [f[2] for f in fits])
+    if not ratios:
+        note = "no positive time on one side: lost in the noise"
+        verdicts.append(
+            Verdict("seconds_per_step", params, before, after, NOT_SIGNIFICANT, None, note)
+        )
+        return verdicts
     test = paired_test(ratios)
     verdict = paired_verdict(test, threshold, warn)
     note = f"paired p={test.pvalue:.2g}"

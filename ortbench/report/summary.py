@@ -10,6 +10,7 @@ import pandas as pd
 from ..bench.contenders import BASELINE
 from ..bench.store import read_results
 from .units import format_seconds
+from .verdicts import escape_cell
 
 SUMMARY_MD = "summary.md"
 
@@ -26,9 +27,9 @@ def _speedup(baseline: float, seconds: float) -> str:
 
 def _group_table(rows: pd.DataFrame) -> list[str]:
     lines = [
-        f"| batch size | contender | time per step | min - max | speed-up vs {BASELINE} "
-        "| final train loss | validation loss |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        f"| batch size | contender | time per step | min - max | fixed cost per fit "
+        f"| speed-up vs {BASELINE} | final train loss | validation loss |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for batch_size, batch in rows.groupby("batch_size", sort=True):
         base = batch.loc[batch.contender == BASELINE, "seconds_per_step"]
@@ -40,7 +41,8 @@ def _group_table(rows: pd.DataFrame) -> list[str]:
             )
             lines.append(
                 f"| {batch_size} | {row.contender} | {format_seconds(row.seconds_per_step)} "
-                f"| {spread} | {_speedup(baseline, row.seconds_per_step)} "
+                f"| {spread} | {format_seconds(row.seconds_per_fit_overhead)} "
+                f"| {_speedup(baseline, row.seconds_per_step)} "
                 f"| {_number(row.final_train_loss)} | {_number(row.validation_loss)} |"
             )
     return lines
@@ -54,10 +56,12 @@ def summary_markdown(results: pd.DataFrame) -> str:
     lines = [
         f"# ortbench bench: run {first.run_id}",
         "",
-        f"Time per training step: median over {first['repeat']} timed fits of "
-        f"{first['epochs']} epochs each, after a first fit of as many epochs that built the "
-        "model and gave the losses; the timed fits of the contenders of one batch size take "
-        "turns, each after one untimed epoch of its own. Speed-up: "
+        f"Time per training step: median over {first['repeat']} rounds of the "
+        f"{first['timing']} (the time a fit pays once cancels out and is shown apart as "
+        "fixed cost per fit), after a first fit of "
+        f"{first['epochs']} epochs that built the model and gave the losses; the timed fits "
+        "of the contenders of one batch size take turns, and every timed epoch holds at "
+        "least 8 full batches. Speed-up: "
         f"{BASELINE}'s time per step over the contender's, at the same batch size.",
         "",
         f"Machine: {first.cpu_model}, {first.cpu_cores} cores, {first.cpu_threads} threads "
@@ -81,7 +85,7 @@ def summary_markdown(results: pd.DataFrame) -> str:
         ]
         lines += [
             f"| {r.contender} | {r.problem} | {r.dataset} | {r.batch_size} | {r.device} "
-            f"| {r.status} |"
+            f"| {escape_cell(r.status)} |"
             for r in other.itertuples()
         ]
     return "\n".join(lines) + "\n"
