@@ -38,7 +38,7 @@ from . import ab_worker
 from .contenders.base import SHORT_EPOCHS, slope
 from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells
 from .problems import make_problem
-from .store import MEASURED, ResultsWriter
+from .store import COLUMNS, ResultsWriter
 
 #: Where exported trees and virtualenvs live unless ``--cache`` says otherwise.
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ortbench" / "ab"
@@ -381,7 +381,7 @@ AB_JSON = "ab.json"
 
 def _side_row(paired: PairedCell, name: str, context: dict, run_id: str) -> dict:
     result = paired.sides[name]
-    row = {column: math.nan for column in MEASURED} | context | result.row
+    row = dict.fromkeys(COLUMNS, math.nan) | context | result.row
     row.update(run_id=run_id, side=name)
     if result.ok and result.samples:
         row.update(

@@ -25,11 +25,16 @@ def _first_line(error):
 
 
 def _hello(request, fitted):
-    """Where the side's ortbench was imported from, its versions and the machine."""
+    """Where the side's ortbench was imported from, its versions and the machine (none
+    when the side has no ``ortbench.bench.machine`` to tell them)."""
     import ortbench
-    from ortbench.bench import machine
 
-    context = {**machine.versions(), **machine.machine()}
+    try:
+        from ortbench.bench import machine
+
+        context = {**machine.versions(), **machine.machine()}
+    except (ImportError, AttributeError):
+        context = {}
     return {"ortbench": os.path.dirname(ortbench.__file__), "context": context}
 
 
