@@ -15,7 +15,7 @@ from ortbench.bench.ab import AB_REPEAT, mismatched_pins, run_ab
 from ortbench.bench.contenders.base import SHORT_EPOCHS
 from ortbench.bench.machine import machine, versions
 from ortbench.bench.matrix import BenchConfig
-from ortbench.bench.store import KEYS, ResultsWriter, read_records
+from ortbench.bench.store import COLUMNS, KEYS, ResultsWriter, read_records
 from ortbench.cli import main
 from ortbench.report.paired import (
     BASE,
@@ -29,6 +29,7 @@ from ortbench.report.paired import (
     paired_verdict,
 )
 from ortbench.report.verdicts import IMPROVED, REGRESSED, UNCHANGED
+from ortbench.training import OrtBenchError
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = BenchConfig(
@@ -234,3 +235,12 @@ def test_times_that_are_not_positive_are_left_out_of_the_pairs():
     ratios = neighbour_ratios(sides, [1.0, -1.0, 4.0, 0.0, 4.0, 8.0])
     assert ratios == pytest.approx([2.0, 2.0])
     assert neighbour_ratios([BASE, HEAD], [-1.0, 2.0]) == []
+
+
+def test_a_bench_folder_is_not_an_ab_folder(tmp_path):
+    row = dict.fromkeys(COLUMNS, float("nan")) | CONTEXT
+    row.update(run_id="r", contender="ort-full", problem="mlp", dataset="diabetes")
+    row.update(batch_size=8, device="cpu", status="ok", timing="slope")
+    ResultsWriter(tmp_path).append(row, [1e-4], [])
+    with pytest.raises(OrtBenchError, match="not an ortbench ab run folder"):
+        ab_comparison(tmp_path)
