@@ -245,31 +245,6 @@ def _compare(args: argparse.Namespace) -> int:
     return EXIT_FAILING if comparison.failing else 0
 
 
-def _matrix_options(parser: argparse.ArgumentParser, repeat: int) -> None:
-    """The options of ``bench`` that choose the matrix (shared with ``ab``)."""
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"a short run: {', '.join(QUICK.contenders)} on {QUICK.problems[0]} at batch "
-        f"sizes {', '.join(map(str, QUICK.batch_sizes))} (other options still apply)",
-    )
-    parser.add_argument(
-        "--contenders", nargs="+", metavar="NAME", help=f"of {', '.join(CONTENDERS)}"
-    )
-    parser.add_argument("--problem", nargs="+", metavar="NAME", help=f"of {', '.join(PROBLEMS)}")
-    parser.add_argument("--dataset", nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}")
-    parser.add_argument("--batch-sizes", nargs="+", metavar="N")
-    parser.add_argument(
-        "--devices",
-        nargs="+",
-        metavar="NAME",
-        help=f"of {', '.join(DEVICES)} (default: those this machine has)",
-    )
-    parser.add_argument("--epochs", type=int, help=f"epochs per fit (default {BenchConfig.epochs})")
-    parser.add_argument("--repeat", type=int, help=f"timed fits per cell (default {repeat})")
-    parser.add_argument("--out", default="reports", help="parent folder of the run folder")
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ortbench", description="Benchmark training with onnxruntime against its peers."
@@ -282,7 +257,36 @@ def _parser() -> argparse.ArgumentParser:
         description="Run contenders x problems x data sets x batch sizes x devices and write "
         "results.csv, results.jsonl, loss_curves.csv, summary.md and plots into OUT/<run-id>/.",
     )
-    _matrix_options(bench, BenchConfig.repeat)
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a short run: {', '.join(QUICK.contenders)} on {QUICK.problems[0]} at batch "
+        f"sizes {', '.join(map(str, QUICK.batch_sizes))} (other options still apply)",
+    )
+    bench.add_argument(
+        "--contenders", nargs="+", metavar="NAME", help=f"of {', '.join(CONTENDERS)}"
+    )
+    bench.add_argument("--problem", nargs="+", metavar="NAME", help=f"of {', '.join(PROBLEMS)}")
+    bench.add_argument("--dataset", nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}")
+    bench.add_argument("--batch-sizes", nargs="+", metavar="N")
+    bench.add_argument(
+        "--devices",
+        nargs="+",
+        metavar="NAME",
+        help=f"of {', '.join(DEVICES)} (default: those this machine has)",
+    )
+    bench.add_argument(
+        "--epochs",
+        type=int,
+        help="epochs of the first fit, and how many more the long timed fit runs than the "
+        f"short one (default {BenchConfig.epochs})",
+    )
+    bench.add_argument(
+        "--repeat",
+        type=int,
+        help=f"timing rounds per cell, a short and a long fit each (default {BenchConfig.repeat})",
+    )
+    bench.add_argument("--out", default="reports", help="parent folder of the run folder")
     bench.set_defaults(func=_bench)
 
     comparison = commands.add_parser(
@@ -305,6 +309,8 @@ def _parser() -> argparse.ArgumentParser:
 
     ab = commands.add_parser(
         "ab",
+        parents=[bench],  # bench's options choose the matrix
+        conflict_handler="resolve",
         help="time BASE and HEAD side by side and judge HEAD",
         description="Run the matrix on two git refs or checkout folders, one worker process "
         "each, their timed fits alternated (A B B A ...); judge each cell on the paired "
@@ -313,7 +319,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     ab.add_argument("base", metavar="BASE", help="git ref or checkout folder")
     ab.add_argument("head", metavar="HEAD", help="git ref or checkout folder")
-    _matrix_options(ab, AB_REPEAT)
+    ab.add_argument(
+        "--repeat", type=int, help=f"timing rounds per cell and side (default {AB_REPEAT})"
+    )
     ab.add_argument(
         "--threshold", type=float, default=0.10, help="relative change that counts (0.10)"
     )

@@ -21,7 +21,7 @@ from ortbench.bench.store import RESULTS_CSV, ResultsWriter, read_records
 
 #: A step of the sleeping contender, and what each of its fits pays once.
 STEP = 0.002
-SET_UP = 0.05
+SET_UP = 0.1
 
 
 class Sleeper(Contender):
@@ -51,18 +51,18 @@ def test_a_large_fixed_cost_per_fit_leaves_the_time_per_step_alone(tmp_path, mon
     monkeypatch.setitem(matrix.CONTENDERS, "sleeper", Sleeper)
     config = BenchConfig(
         contenders=("sleeper",), problems=("linear",), datasets=("diabetes",),
-        batch_sizes=(32,), devices=("cpu",), epochs=1, repeat=3,
+        batch_sizes=(32,), devices=("cpu",), epochs=3, repeat=5,
     )  # fmt: skip
     run_matrix(config, ResultsWriter(tmp_path), "sleepy")
     (row,) = read_records(tmp_path)
     assert row["status"] == "ok"
     steps = make_problem("linear", "diabetes").steps_per_epoch(32)
-    assert steps == 12 and row["steps"] == 12
-    # a sleep lasts at least what it asks for, and rarely much more
-    assert STEP <= row["seconds_per_step"] < 1.25 * STEP
-    assert 0.8 * SET_UP < row["seconds_per_fit_overhead"] < 1.5 * SET_UP
-    # what dividing a fit's time by its steps gives: the fixed cost spread over 12 steps
-    assert (SET_UP + steps * STEP) / steps > 3 * STEP
+    assert steps == 12 and row["steps"] == 36
+    # a sleep lasts at least what it asks for, more on a loaded machine
+    assert 0.75 * STEP < row["seconds_per_step"] < 1.5 * STEP
+    assert 0.75 * SET_UP < row["seconds_per_fit_overhead"] < 1.5 * SET_UP
+    # what dividing the long fit's time by its 48 steps would give: twice as much
+    assert (SET_UP + 4 * steps * STEP) / (4 * steps) > 2 * STEP
 
 
 def test_generated_data_grow_to_8_full_batches():
@@ -99,7 +99,7 @@ sys.exit(main(sys.argv[1:]))
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_a_scikit_learn_fit_stops_the_run(tmp_path, signum):
     options = "bench --contenders sklearn-mlp-sgd --problem mlp --dataset diabetes"
-    options += " --batch-sizes 32 1 --devices cpu --epochs 2 --repeat 100"
+    options += " --batch-sizes 32 1 --devices cpu --epochs 2 --repeat 20"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     process = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, *options.split(), "--out", str(tmp_path)],
@@ -119,12 +119,12 @@ def test_a_signal_during_a_scikit_learn_fit_stops_the_run(tmp_path, signum):
     lines += process.stderr.readlines()
     status = process.wait(timeout=60)
     assert status == 130, "".join(lines)
-    assert time.perf_counter() - sent < 10  # within one timed fit, not 100 rounds later
+    assert time.perf_counter() - sent < 10  # within one timed fit, not 20 rounds later
     assert any("Training interrupted by user" in line for line in lines)  # it was swallowed
     (folder,) = tmp_path.iterdir()
     results = pd.read_csv(folder / RESULTS_CSV)
     assert list(results.batch_size) == [32, 1]
     assert list(results.status) == ["ok", "interrupted"]
     assert np.isfinite(results.seconds_per_step[0]) and np.isnan(results.seconds_per_step[1])
-    assert len(read_records(folder)[0]["seconds_per_step_samples"]) == 100
+    assert len(read_records(folder)[0]["seconds_per_step_samples"]) == 20
     assert "| 32 | sklearn-mlp-sgd |" in (folder / "summary.md").read_text()

@@ -222,3 +222,16 @@ def test_a_run_folder_is_named_after_its_run(tmp_path):
     second = create_run_folder(tmp_path, "id")
     assert (first.name, second.name) == ("id", "id-1")
     assert isinstance(first, Path) and first.is_dir() and not any(first.iterdir())
+
+
+def test_a_report_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):
+    def full(folder):
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "speedup.png"))
+
+    monkeypatch.setattr("ortbench.cli.write_plots", full)
+    assert main(["bench", *TINY.split(), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        f"ortbench: error: cannot write {next(tmp_path.iterdir()) / 'speedup.png'}: "
+        "No space left on device"
+    )

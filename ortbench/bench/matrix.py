@@ -8,21 +8,19 @@ status "unavailable: <reason>", a cell that raised gets "failed: <error>": no ce
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..training import OrtBenchError
-from .contenders import CONTENDERS, Unavailable, make_contender
+from .contenders import CONTENDERS, Contender, Unavailable, make_contender
 from .contenders.base import SHORT_EPOCHS, slope
 from .datasets import DATASETS, GENERATED, VALIDATION_FRACTION
+from .interruption import interruptible
 from .machine import available_devices, machine, versions
 from .memory import peak_memory
 from .problems import PROBLEMS, Problem, make_problem
@@ -128,32 +126,6 @@ class Interrupted(KeyboardInterrupt):
         self.results = results
 
 
-@contextlib.contextmanager
-def interruptible() -> Iterator[Callable[[], bool]]:
-    """Turn SIGINT and SIGTERM into KeyboardInterrupt and remember that they came.
-
-    Yields a function that tells whether a signal came, for code that runs contenders
-    which catch KeyboardInterrupt themselves (scikit-learn's MLP stops its fit early and
-    returns as if it had finished). Outside the main thread signals cannot be caught, and
-    the function always says no.
-    """
-    received = []
-
-    def handler(signum, frame):
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
-        return
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield lambda: bool(received)
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
@@ -181,7 +153,9 @@ def _row(cell: Cell, config: BenchConfig, problem: Problem) -> dict:
     }
 
 
-def _prepare(cell: Cell, config: BenchConfig, interrupted: Callable[[], bool]):
+def _prepare(
+    cell: Cell, config: BenchConfig, interrupted: Callable[[], bool]
+) -> tuple[dict, Contender | None]:
     """The cell's row after a first fit and its scores, and the fitted contender (None
     when the cell is unavailable or failed: the row's status says why)."""
     problem = _problem(cell, config)
@@ -237,7 +211,7 @@ def run_group(
     Raises
     ------
     Interrupted
-        When SIGINT or SIGTERM came (see :func:`interruptible`): its results mark the
+        When SIGINT or SIGTERM came (see :mod:`.interruption`): its results mark the
         group's unfinished cells "interrupted".
     """
     rows, contenders = [], []
@@ -247,6 +221,10 @@ def run_group(
             rows.append(row)
             contenders.append(contender)
         durations = _timed_fits(contenders, config, rows, interrupted)
+        return [
+            _finish(row, contender, *fits, config, interrupted)
+            for row, contender, fits in zip(rows, contenders, durations)
+        ]
     except KeyboardInterrupt:
         results = [CellResult(row) for row in rows]
         results += [
@@ -256,30 +234,36 @@ def run_group(
             if result.row["status"] == "ok":
                 result.row["status"] = "interrupted"
         raise Interrupted(results) from None
-    results = []
-    for row, contender, (shorts, longs) in zip(rows, contenders, durations):
-        if contender is None:
-            results.append(CellResult(row))
-            continue
-        steps = contender.problem.steps_per_epoch(contender.batch_size)
-        pairs = [
-            slope(s, t, SHORT_EPOCHS * steps, (SHORT_EPOCHS + config.epochs) * steps)
-            for s, t in zip(shorts, longs)
-        ]
-        times = [p[0] for p in pairs]
-        row.update(
-            seconds_per_step=float(np.median(times)),
-            seconds_per_step_min=min(times),
-            seconds_per_step_max=max(times),
-            seconds_per_fit_overhead=float(np.median([p[1] for p in pairs])),
-        )
-        counts = contender.runtime_counts()
-        if counts is not None:
-            row.update(
-                runs_per_step=counts.runs_per_step, ortvalues_per_step=counts.ortvalues_per_step
-            )
-        results.append(CellResult(row, times, contender.loss_curve_))
-    return results
+
+
+def _finish(
+    row: dict,
+    contender: Contender | None,
+    shorts: list[float],
+    longs: list[float],
+    config: BenchConfig,
+    interrupted: Callable[[], bool],
+) -> CellResult:
+    """The cell's result from the durations of its short and long timed fits."""
+    if contender is None:
+        return CellResult(row)
+    steps = contender.problem.steps_per_epoch(contender.batch_size)
+    pairs = [
+        slope(s, t, SHORT_EPOCHS * steps, (SHORT_EPOCHS + config.epochs) * steps)
+        for s, t in zip(shorts, longs)
+    ]
+    times = [p[0] for p in pairs]
+    row.update(
+        seconds_per_step=float(np.median(times)),
+        seconds_per_step_min=min(times),
+        seconds_per_step_max=max(times),
+        seconds_per_fit_overhead=float(np.median([p[1] for p in pairs])),
+    )
+    counts = contender.runtime_counts()
+    _check(interrupted)
+    if counts is not None:
+        row.update(runs_per_step=counts.runs_per_step, ortvalues_per_step=counts.ortvalues_per_step)
+    return CellResult(row, times, contender.loss_curve_)
 
 
 def _timed_fits(
@@ -332,19 +316,20 @@ def run_matrix(
         if progress is not None:
             progress(done, len(todo), cell, row)
 
-    with interruptible() as interrupted:
+    with interruptible() as signals:
         for _, group in itertools.groupby(
             todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
         ):
             group = list(group)
             try:
-                results = run_group(group, config, interrupted)
+                results = run_group(group, config, signals.came)
             except Interrupted as e:
-                for cell, result in zip(group, e.results):
+                results = e.results
+            with signals.deferred():  # a group's rows are written whole
+                for cell, result in zip(group, results):
                     write(cell, result)
-                raise KeyboardInterrupt from None
-            for cell, result in zip(group, results):
-                write(cell, result)
+            if signals.came():
+                raise KeyboardInterrupt
     return len(todo)
 
 
