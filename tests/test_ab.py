@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -244,3 +245,23 @@ def test_a_bench_folder_is_not_an_ab_folder(tmp_path):
     ResultsWriter(tmp_path).append(row, [1e-4], [])
     with pytest.raises(OrtBenchError, match="not an ortbench ab run folder"):
         ab_comparison(tmp_path)
+
+
+def test_an_interrupt_keeps_the_groups_that_finished(tmp_path):
+    """Ctrl-C during the second group (batch size 64): the first group's rows stay whole."""
+    log: list = []
+
+    class Interrupting(FakeSide):
+        def request(self, command: str, **fields) -> dict:
+            if command == "time" and fields["key"].endswith("batch=64 cpu"):
+                raise KeyboardInterrupt
+            return super().request(command, **fields)
+
+    sides = {BASE: FakeSide(BASE, log, 1.0), HEAD: Interrupting(HEAD, log, 1.0)}
+    config = replace(CONFIG, batch_sizes=(15, 64))
+    with pytest.raises(KeyboardInterrupt):
+        run_ab(config, sides, ResultsWriter(tmp_path, keys=[*KEYS, SIDE]), "run")
+    records = read_records(tmp_path)
+    assert {(r["batch_size"], r[SIDE]) for r in records} == {(15, BASE), (15, HEAD)}
+    assert len(records) == 4
+    assert all(len(r["seconds_per_step_samples"]) == AB_REPEAT for r in records)

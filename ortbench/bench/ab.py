@@ -36,6 +36,7 @@ from ..report.paired import POSITIONS, SIDES, alternation
 from ..training import OrtBenchError
 from . import ab_worker
 from .contenders.base import SHORT_EPOCHS, slope
+from .interruption import interruptible
 from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells
 from .problems import make_problem
 from .store import COLUMNS, ResultsWriter
@@ -445,21 +446,28 @@ def run_ab(
     ------
     OrtBenchError
         When a worker stops.
+    KeyboardInterrupt
+        On SIGINT or SIGTERM; the rows of the groups that finished are written.
     """
     if set(sides) != set(SIDES):
         raise ValueError(f"sides must be {SIDES}, got {sorted(sides)}")
     todo = cells(config.check())
     done = 0
-    for _, group in itertools.groupby(
-        todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
-    ):
-        for paired in run_pair_group(list(group), config, sides):
-            for name, result in paired.sides.items():
-                row = _side_row(paired, name, sides[name].context, run_id)
-                writer.append(
-                    row, result.samples, result.loss_curve, **{POSITIONS: result.positions}
-                )
-            done += 1
-            if progress is not None:
-                progress(done, len(todo), paired)
+    with interruptible() as signals:
+        for _, group in itertools.groupby(
+            todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
+        ):
+            results = run_pair_group(list(group), config, sides)
+            with signals.deferred():  # a group's rows are written whole
+                for paired in results:
+                    for name, result in paired.sides.items():
+                        row = _side_row(paired, name, sides[name].context, run_id)
+                        details = {POSITIONS: result.positions}
+                        writer.append(row, result.samples, result.loss_curve, **details)
+            if signals.came():
+                raise KeyboardInterrupt
+            for paired in results:
+                done += 1
+                if progress is not None:
+                    progress(done, len(todo), paired)
     return len(todo)
