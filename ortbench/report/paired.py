@@ -4,7 +4,7 @@
 A drift of the machine's speed then moves neighbouring fits alike, so the ratio of a
 HEAD fit to its neighbouring BASE fits is free of it where the ratio of two medians is
 not. The verdict rests on those ratios: a Wilcoxon signed-rank test of their logarithms
-against 0 (exact for the repeat counts used here, so it can decide from 10 pairs on)
+against 0 (exact at the repeat counts used here, where it can decide from 8 pairs on)
 and their median against the ``--threshold`` minimum effect.
 """
 
