@@ -17,8 +17,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .bench.ab import AB_REPEAT, DEFAULT_CACHE, PairedCell, checkout, run_ab, started
+from .bench.ab import AB_REPEAT, PairedCell, run_ab, started
 from .bench.calibration import write_calibration
+from .bench.checkouts import DEFAULT_CACHE, checkout
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortbench.bench.ab import AB_REPEAT, mismatched_pins, run_ab
+from ortbench.bench.ab import AB_REPEAT, run_ab
+from ortbench.bench.checkouts import mismatched_pins
 from ortbench.bench.contenders.base import SHORT_EPOCHS
 from ortbench.bench.machine import machine, versions
 from ortbench.bench.matrix import BenchConfig
