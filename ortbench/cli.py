@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .bench.ab import AB_REPEAT, PairedCell, run_ab, started
+from .bench.ab import AB_REPEAT, SIDE, SIDES, PairedCell, run_ab, started
 from .bench.calibration import write_calibration
 from .bench.checkouts import DEFAULT_CACHE, checkout
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
@@ -36,7 +36,7 @@ from .bench.store import (
 )
 from .profiling.driver import ProfileRequest, profile
 from .report.html import write_index
-from .report.paired import AB_MD, ALPHA, SIDE, SIDES, ab_comparison, ab_markdown, min_pvalue
+from .report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, min_pvalue
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
 from .report.summary import SUMMARY_MD

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortbench.bench.ab import AB_REPEAT, run_ab
+from ortbench.bench.ab import AB_REPEAT, BASE, HEAD, SIDE, alternation, run_ab
 from ortbench.bench.checkouts import mismatched_pins
 from ortbench.bench.contenders.base import SHORT_EPOCHS
 from ortbench.bench.machine import machine, versions
@@ -20,12 +20,8 @@ from ortbench.bench.matrix import BenchConfig
 from ortbench.bench.store import COLUMNS, KEYS, ResultsWriter, read_records
 from ortbench.cli import main
 from ortbench.report.paired import (
-    BASE,
-    HEAD,
-    SIDE,
     ab_comparison,
     ab_markdown,
-    alternation,
     neighbour_ratios,
     paired_test,
     paired_verdict,

@@ -3,7 +3,7 @@
 Each side is a git ref or a checkout folder (:mod:`.checkouts`); its worker
 (:mod:`.ab_worker`) runs with the side's tree first on the path. The coordinator
 prepares each cell on both sides, then alternates their timed fits (A B, B A, A B, ...
-see :func:`ortbench.report.paired.alternation`), so a drift of the machine lands on
+see :func:`alternation`), so a drift of the machine lands on
 both sides alike and the paired ratios cancel it.
 """
 
@@ -22,7 +22,6 @@ from typing import Protocol
 
 import numpy as np
 
-from ..report.paired import POSITIONS, SIDES, alternation
 from ..training import OrtBenchError
 from . import ab_worker
 from .checkouts import Checkout
@@ -31,6 +30,23 @@ from .interruption import interruptible
 from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells
 from .problems import make_problem
 from .store import COLUMNS, ResultsWriter
+
+#: The two sides of an A/B run, as the ``side`` column spells them.
+BASE, HEAD = "BASE", "HEAD"
+SIDES = (BASE, HEAD)
+#: The column naming a row's side, and the JSON field holding each sample's place in
+#: its cell's order of samples (both sides counted).
+SIDE = "side"
+POSITIONS = "fit_positions"
+
+
+def alternation(repeat: int) -> list[tuple[str, str]]:
+    """The order of the two sides in each of ``repeat`` rounds: A B, B A, A B, ...
+
+    Over two rounds each side's mean position is the same, so a linear drift of the
+    machine lands on both alike.
+    """
+    return [(BASE, HEAD) if k % 2 == 0 else (HEAD, BASE) for k in range(repeat)]
 
 
 class Side(Protocol):

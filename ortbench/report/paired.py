@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from ..bench.ab import BASE, HEAD, POSITIONS, SIDE
 from ..bench.store import KEYS, SAMPLES, read_records
 from ..training import OrtBenchError
 from .resultsets import COUNT, Measurement
@@ -36,26 +37,10 @@ from .verdicts import (
     judge,
 )
 
-#: The two sides of an A/B run, as the ``side`` column spells them.
-BASE, HEAD = "BASE", "HEAD"
-SIDES = (BASE, HEAD)
 #: The report an A/B run folder holds.
 AB_MD = "ab.md"
-#: The column naming a row's side, and the JSON field holding each timed fit's place in
-#: its cell's order of fits (both sides counted).
-SIDE = "side"
-POSITIONS = "fit_positions"
 #: Two-sided p-value of the signed-rank test under which the ratios differ from 1.
 ALPHA = 0.01
-
-
-def alternation(repeat: int) -> list[tuple[str, str]]:
-    """The order of the two sides in each of ``repeat`` rounds: A B, B A, A B, ...
-
-    Over two rounds each side's mean position is the same, so a linear drift of the
-    machine lands on both alike.
-    """
-    return [(BASE, HEAD) if k % 2 == 0 else (HEAD, BASE) for k in range(repeat)]
 
 
 def neighbour_ratios(sides: Sequence[str], seconds: Sequence[float]) -> list[float]:
