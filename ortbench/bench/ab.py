@@ -231,7 +231,7 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
 
 #: Timed fits per side and cell unless ``--repeat`` says otherwise: enough pairs for the
 #: signed-rank test to decide (see :func:`ortbench.report.paired.min_pvalue`).
-AB_REPEAT = 12
+AB_REPEAT = 16
 #: What ``ab.json`` in an A/B run folder holds: each side's ref, commit, tree, environment.
 AB_JSON = "ab.json"
 

@@ -4,7 +4,7 @@
 A drift of the machine's speed then moves neighbouring fits alike, so the ratio of a
 HEAD fit to its neighbouring BASE fits is free of it where the ratio of two medians is
 not. The verdict rests on those ratios: a Wilcoxon signed-rank test of their logarithms
-against 0 (exact at the repeat counts used here, where it can decide from 8 pairs on)
+against 0 (exact at the repeat counts used here, where it can decide from 10 pairs on)
 and their median against the ``--threshold`` minimum effect.
 """
 
@@ -22,6 +22,7 @@ from ..bench.ab import BASE, HEAD, POSITIONS, SIDE
 from ..bench.store import KEYS, SAMPLES, read_records
 from ..training import OrtBenchError
 from .resultsets import COUNT, Measurement
+from .significance import P_THRESHOLD
 from .units import format_value
 from .verdicts import (
     FAILED,
@@ -39,8 +40,9 @@ from .verdicts import (
 
 #: The report an A/B run folder holds.
 AB_MD = "ab.md"
-#: Two-sided p-value of the signed-rank test under which the ratios differ from 1.
-ALPHA = 0.01
+#: Two-sided p-value of the signed-rank test under which the ratios differ from 1: the
+#: level of ``compare``'s tests.
+ALPHA = P_THRESHOLD
 
 
 def neighbour_ratios(sides: Sequence[str], seconds: Sequence[float]) -> list[float]:
