@@ -102,6 +102,7 @@ def _bench(args: argparse.Namespace) -> int:
         writer = ResultsWriter(folder)
         write_calibration(folder, config.repeat)
         run_matrix(config, writer, folder.name, progress=_progress(start))
+        write_calibration(folder, config.repeat)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():
             _write_reports(folder)

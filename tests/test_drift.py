@@ -15,8 +15,8 @@ from ortbench.bench.calibration import (
     NUMPY_PROBE,
     ORT_PROBE,
     _OrtLoop,
-    calibrate,
     read_calibration,
+    write_calibration,
 )
 from ortbench.bench.contenders import BASELINE
 from ortbench.bench.store import COLUMNS, ResultsWriter
@@ -116,15 +116,18 @@ def test_a_steady_calibration_changes_nothing(tmp_path, capsys):
 
 
 def test_calibration_probes(tmp_path):
-    samples = calibrate(2)
-    assert set(samples) == {NUMPY_PROBE, ORT_PROBE, BASELINE}
-    assert all(len(v) == 2 and min(v) > 0 for v in samples.values())
     loop = _OrtLoop()
     loop.buffers[0][:] = RNG.standard_normal(loop.buffers[0].shape)
     loop()
     np.testing.assert_array_equal(loop.buffers[1], loop.buffers[0])  # X @ identity
-    (tmp_path / CALIBRATION_JSON).write_text(json.dumps(samples))
-    assert read_calibration(tmp_path) == samples  # floats survive JSON exactly
+    assert read_calibration(tmp_path) is None
+    write_calibration(tmp_path, 2)  # before a run's cells
+    first = read_calibration(tmp_path)
+    write_calibration(tmp_path, 2)  # and after them
+    samples = read_calibration(tmp_path)
+    assert set(samples) == {NUMPY_PROBE, ORT_PROBE, BASELINE}
+    assert all(len(v) == 4 and min(v) > 0 for v in samples.values())
+    assert all(samples[name][:2] == first[name] for name in samples)
     (tmp_path / CALIBRATION_JSON).write_text("{not json")
     with pytest.raises(OrtBenchError, match="not a calibration file"):
         read_calibration(tmp_path)

@@ -12,7 +12,7 @@ Three probes, timed like the cells of a group: each is prepared once, then in ea
   15): one epoch's wall time per step.
 
 ``calibration.json`` in the run folder holds each probe's samples (seconds per product,
-per graph run, per step). ``ortbench compare`` reads it (:mod:`ortbench.report.drift`).
+per graph run, per step), taken before and after the run's cells. ``ortbench compare`` reads it (:mod:`ortbench.report.drift`).
 """
 
 from __future__ import annotations
@@ -125,8 +125,14 @@ def calibrate(repeat: int) -> dict[str, list[float]]:
 
 
 def write_calibration(folder: str | Path, repeat: int) -> None:
-    """Calibrate and write ``calibration.json`` into a run folder."""
-    samples = calibrate(repeat)
+    """Calibrate and add the samples to ``calibration.json`` in a run folder.
+
+    A run calibrates before and after its cells, so that a change of the machine's speed
+    during the run shows in the spread rather than hiding in one moment.
+    """
+    samples = read_calibration(folder) or {}
+    for name, times in calibrate(repeat).items():
+        samples[name] = samples.get(name, []) + times
     Path(folder, CALIBRATION_JSON).write_text(json.dumps(samples, indent=1), encoding="utf-8")
 
 
