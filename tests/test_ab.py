@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -12,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortbench.bench.ab import AB_REPEAT, BASE, HEAD, SIDE, alternation, run_ab
-from ortbench.bench.checkouts import mismatched_pins
+from ortbench.bench.ab import AB_REPEAT, BASE, HEAD, SIDE, Worker, alternation, run_ab
+from ortbench.bench.checkouts import Checkout, mismatched_pins
 from ortbench.bench.contenders.base import SHORT_EPOCHS
 from ortbench.bench.machine import machine, versions
 from ortbench.bench.matrix import BenchConfig
@@ -262,3 +263,28 @@ def test_an_interrupt_keeps_the_groups_that_finished(tmp_path):
     assert {(r["batch_size"], r[SIDE]) for r in records} == {(15, BASE), (15, HEAD)}
     assert len(records) == 4
     assert all(len(r["seconds_per_step_samples"]) == AB_REPEAT for r in records)
+
+
+def test_workers_run_one_blas_thread_unless_told(tmp_path, monkeypatch):
+    """A checkout whose machine module reports the worker's thread variables."""
+    tree = tmp_path / "tree"
+    (tree / "ortbench" / "bench").mkdir(parents=True)
+    (tree / "ortbench" / "__init__.py").write_text("")
+    (tree / "ortbench" / "bench" / "__init__.py").write_text("")
+    (tree / "ortbench" / "bench" / "machine.py").write_text(
+        "import os\n"
+        "def versions():\n"
+        "    return {k: os.environ.get(k) for k in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')}\n"
+        "def machine():\n"
+        "    return {}\n"
+    )
+    side = Checkout("tree", tree, sys.executable, "this interpreter")
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    worker = Worker(BASE, side, tmp_path / "worker.log")
+    worker.close()
+    assert worker.context == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    worker = Worker(BASE, side, tmp_path / "worker.log")
+    worker.close()
+    assert worker.context == {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "1"}

@@ -31,6 +31,10 @@ from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells
 from .problems import make_problem
 from .store import COLUMNS, ResultsWriter
 
+#: Threads of the BLAS and OpenMP pools in a worker unless the environment sets them: the
+#: pools' threads spin for a while after each call, and in the idle worker they would take
+#: the core the other side's next fit needs.
+THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: The two sides of an A/B run, as the ``side`` column spells them.
 BASE, HEAD = "BASE", "HEAD"
 SIDES = (BASE, HEAD)
@@ -74,7 +78,7 @@ class Worker:
     def __init__(self, name: str, side: Checkout, log: Path):
         self.name = name
         self.log = log
-        environment = {**os.environ, "PYTHONPATH": str(side.tree)}
+        environment = {**THREADS, **os.environ, "PYTHONPATH": str(side.tree)}
         with open(log, "ab") as stderr:
             self.process = subprocess.Popen(
                 [side.python, "-c", Path(ab_worker.__file__).read_text(encoding="utf-8")],
@@ -231,7 +235,7 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
 
 #: Timed fits per side and cell unless ``--repeat`` says otherwise: enough pairs for the
 #: signed-rank test to decide (see :func:`ortbench.report.paired.min_pvalue`).
-AB_REPEAT = 16
+AB_REPEAT = 24
 #: What ``ab.json`` in an A/B run folder holds: each side's ref, commit, tree, environment.
 AB_JSON = "ab.json"
 
