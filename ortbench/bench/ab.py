@@ -42,6 +42,8 @@ SIDES = (BASE, HEAD)
 #: its cell's order of samples (both sides counted).
 SIDE = "side"
 POSITIONS = "fit_positions"
+#: The JSON field holding each round's long fit in seconds per step.
+FITS = "long_fit_seconds_per_step"
 
 
 def alternation(repeat: int) -> list[tuple[str, str]]:
@@ -134,6 +136,8 @@ class SideResult:
     row: dict
     samples: list[float] = field(default_factory=list)
     overheads: list[float] = field(default_factory=list)
+    #: each round's long fit, seconds per step (what the paired verdict compares)
+    fits: list[float] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     loss_curve: list[float] = field(default_factory=list)
 
@@ -223,6 +227,7 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
                 result.positions.append(sum(len(r.samples) for r in paired.sides.values()))
                 result.samples.append(per_step)
                 result.overheads.append(per_fit)
+                result.fits.append(long[k, name] / (long_epochs * steps))
     for paired in results:
         for name, result in paired.sides.items():
             if not result.ok:
@@ -320,7 +325,7 @@ def run_ab(
                 for paired in results:
                     for name, result in paired.sides.items():
                         row = _side_row(paired, name, sides[name].context, run_id)
-                        details = {POSITIONS: result.positions}
+                        details = {POSITIONS: result.positions, FITS: result.fits}
                         writer.append(row, result.samples, result.loss_curve, **details)
             if signals.came():
                 raise KeyboardInterrupt

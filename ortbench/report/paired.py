@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from ..bench.ab import BASE, HEAD, POSITIONS, SIDE
+from ..bench.ab import BASE, FITS, HEAD, POSITIONS, SIDE
 from ..bench.store import KEYS, SAMPLES, read_records
 from ..training import OrtBenchError
 from .resultsets import COUNT, Measurement
@@ -172,7 +172,7 @@ def _cell_verdicts(params: str, base: dict, head: dict, threshold: float, warn: 
     fits = sorted(
         (position, record[SIDE], seconds)
         for record in (base, head)
-        for position, seconds in zip(record[POSITIONS], record[SAMPLES])
+        for position, seconds in zip(record[POSITIONS], record[FITS])
     )
     ratios = neighbour_ratios([f[1] for f in fits], [f[2] for f in fits])
     if not ratios:
@@ -286,8 +286,9 @@ def ab_markdown(comparison: Comparison) -> str:
     lines += _section("Time per step", times)
     lines += [
         "",
-        "Timed fits alternate between the sides (A B B A ...). Ratio: the median over HEAD's "
-        "fits of each one's time over its neighbouring BASE fits. A change counts when the "
+        "Timed fits alternate between the sides (A B B A ...). BASE, HEAD: median time per "
+        "step, slope between a short and a long fit. Ratio: the median over HEAD's long fits "
+        "of each one's time over its neighbouring BASE long fits. A change counts when the "
         f"signed-rank test of those ratios gives p < {ALPHA} and the ratio is beyond "
         f"{comparison.threshold:.0%}; warnings are significant slowdowns beyond "
         f"{comparison.warn:.0%}, improvements significant speed-ups beyond "
