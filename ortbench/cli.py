@@ -1,24 +1,31 @@
 """The ``ortbench`` command: ``bench`` runs the comparison matrix, ``compare`` judges two runs,
-``profile`` profiles one contender, ``report`` writes a run folder's ``index.html``.
+``ab`` times two checkouts side by side, ``profile`` profiles one contender, ``report``
+writes a run folder's ``index.html``.
 
-Exit status: 0 success; 1 ``compare`` found a regression or a failure; 2 bad input, an
-unusable output or a write error (one line on stderr), or a ``bench`` run in which no cell
-could run; 3 ``compare`` had nothing to compare; 130 interrupted (SIGINT or SIGTERM).
+Exit status: 0 success; 1 ``compare`` or ``ab`` found a regression or a failure; 2 bad
+input, an unusable output or a write error (one line on stderr), or a ``bench`` run in which
+no cell could run; 3 ``compare`` or ``ab`` had nothing to compare; 130 interrupted (SIGINT
+or SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from .bench.ab import AB_REPEAT, SIDE, SIDES, PairedCell, run_ab, started
+from .bench.calibration import write_calibration
+from .bench.checkouts import DEFAULT_CACHE, checkout
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
 from .bench.problems import PROBLEMS, make_problem
 from .bench.store import (
+    KEYS,
     RESULTS_CSV,
     ResultsWriter,
     create_run_folder,
@@ -31,6 +38,7 @@ from .profiling.driver import ProfileRequest, profile
 from .progress import Progress
 from .report.compare_page import write_comparison_html
 from .report.html import write_index
+from .report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, min_pvalue
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
 from .report.summary import SUMMARY_MD
@@ -77,7 +85,7 @@ def _write_reports(folder: Path) -> str:
     return (folder / SUMMARY_MD).read_text(encoding="utf-8")
 
 
-def _bench(args: argparse.Namespace) -> int:
+def _matrix_config(args: argparse.Namespace) -> BenchConfig:
     config = QUICK if args.quick else BenchConfig()
     overrides = {
         "contenders": args.contenders and _names(args.contenders),
@@ -88,12 +96,19 @@ def _bench(args: argparse.Namespace) -> int:
         "epochs": args.epochs,
         "repeat": args.repeat,
     }
-    config = replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
+
+
+def _bench(args: argparse.Namespace) -> int:
+    config = _matrix_config(args)
     folder = create_run_folder(args.out, run_id_now())
     start = time.perf_counter()
     print(f"ortbench bench: writing {folder}", file=sys.stderr)
     try:
-        run_matrix(config, ResultsWriter(folder), folder.name, progress=_progress(start))
+        writer = ResultsWriter(folder)
+        write_calibration(folder, config.repeat)
+        run_matrix(config, writer, folder.name, progress=_progress(start))
+        write_calibration(folder, config.repeat)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():
             _write_reports(folder)
@@ -109,6 +124,60 @@ def _bench(args: argparse.Namespace) -> int:
     if "ok" not in statuses:
         raise OrtBenchError(f"no cell could run ({statuses[0] if statuses else 'no cells'})")
     return 0
+
+
+def _ab(args: argparse.Namespace) -> int:
+    if args.threshold <= 0:
+        raise OrtBenchError(f"--threshold must be > 0, got {args.threshold}")
+    if not 0 <= args.warn <= args.threshold:
+        raise OrtBenchError(f"--warn must be between 0 and --threshold, got {args.warn}")
+    args.repeat = args.repeat or AB_REPEAT
+    if min_pvalue(args.repeat) >= ALPHA:
+        raise OrtBenchError(
+            f"--repeat {args.repeat} is too few pairs for the paired test to reach p < {ALPHA}"
+        )
+    config = _matrix_config(args)
+
+    def log(line: str) -> None:
+        print(f"ortbench ab: {line}", file=sys.stderr)
+
+    sides = {
+        name: checkout(ref, Path(args.cache), log)
+        for name, ref in zip(SIDES, (args.base, args.head))
+    }
+    for name, side in sides.items():
+        log(f"{name} {side.label}: {side.tree} with {side.environment}")
+    folder = create_run_folder(args.out, run_id_now())
+    run_id = folder.name
+    log(f"writing {folder}")
+    start = time.perf_counter()
+
+    def progress(done: int, total: int, paired: PairedCell) -> None:
+        times = ", ".join(
+            f"{name} {format_seconds(statistics.median(r.samples)) if r.samples else r.row['status']}"
+            for name, r in paired.sides.items()
+        )
+        elapsed = time.perf_counter() - start
+        print(f"[{done}/{total} {elapsed:4.0f}s] {paired.cell.label}: {times}", file=sys.stderr)
+
+    labels = tuple(f"{s.label} ({s.commit[:8] if s.commit else s.tree})" for s in sides.values())
+    try:
+        with started(folder, sides) as workers:
+            run_ab(config, workers, ResultsWriter(folder, keys=[*KEYS, SIDE]), run_id, progress)
+    except KeyboardInterrupt:
+        if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
+            comparison = ab_comparison(folder, labels, args.threshold, args.warn)
+            (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
+        print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    comparison = ab_comparison(folder, labels, args.threshold, args.warn)
+    text = ab_markdown(comparison)
+    (folder / AB_MD).write_text(text, encoding="utf-8")
+    print(text)
+    if comparison.compared == 0:
+        log("nothing to compare: no cell ran on both sides")
+        return EXIT_NOTHING
+    return EXIT_FAILING if comparison.failing else 0
 
 
 def _profile(args: argparse.Namespace) -> int:
@@ -257,6 +326,30 @@ def _parser() -> argparse.ArgumentParser:
         "--html", metavar="FILE", help="also write a page with each cell's samples and verdict"
     )
     comparison.set_defaults(func=_compare)
+
+    ab = commands.add_parser(
+        "ab",
+        parents=[bench],  # bench's options choose the matrix
+        conflict_handler="resolve",
+        help="time BASE and HEAD side by side and judge HEAD",
+        description="Run the matrix on two git refs or checkout folders, one worker process "
+        "each, their timed fits alternated (A B B A ...); judge each cell on the paired "
+        "ratios HEAD / BASE. Writes OUT/<run-id>/ with a side column and ab.md. Exit 1 when "
+        "anything regressed or failed.",
+    )
+    ab.add_argument("base", metavar="BASE", help="git ref or checkout folder")
+    ab.add_argument("head", metavar="HEAD", help="git ref or checkout folder")
+    ab.add_argument(
+        "--repeat", type=int, help=f"timing rounds per cell and side (default {AB_REPEAT})"
+    )
+    ab.add_argument(
+        "--threshold", type=float, default=0.10, help="relative change that counts (0.10)"
+    )
+    ab.add_argument("--warn", type=float, default=0.05, help="relative slowdown that warns (0.05)")
+    ab.add_argument(
+        "--cache", default=str(DEFAULT_CACHE), help="exported trees and virtualenvs (%(default)s)"
+    )
+    ab.set_defaults(func=_ab)
 
     profiling = commands.add_parser(
         "profile",

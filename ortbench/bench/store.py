@@ -161,11 +161,16 @@ class ResultsWriter:
 
     On a write error every file is cut back to the size it had before the row, and a
     one-line :class:`OrtBenchError` names the file and the reason.
+
+    ``keys`` are the columns that identify a row (:data:`KEYS`, plus ``side`` in an A/B
+    run); they follow ``run_id`` in results.csv and lead each row of loss_curves.csv.
     """
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, keys: list[str] = KEYS):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.keys = keys
+        self.columns = ["run_id", *keys, *COLUMNS[1 + len(KEYS) :]]
 
     def _append(self, writes: list[tuple[str, str]]) -> None:
         sizes = {}
@@ -186,24 +191,26 @@ class ResultsWriter:
                 "its files end on the last whole row"
             ) from None
 
-    def append(self, row: dict, samples: list[float], loss_curve: list[float]) -> None:
-        """Write one finished cell: its row, its timing samples and its loss curve."""
-        missing = set(COLUMNS) - set(row)
+    def append(self, row: dict, samples: list[float], loss_curve: list[float], **details) -> None:
+        """Write one finished cell: its row, its timing samples and its loss curve
+        (``details`` go to its JSON line only)."""
+        missing = set(self.columns) - set(row)
         if missing:
             raise ValueError(f"row lacks columns {sorted(missing)}")
-        row = {c: row[c] for c in COLUMNS}
+        row = {c: row[c] for c in self.columns}
         record = {c: _json_value(v) for c, v in row.items()}
         record[SAMPLES] = samples
+        record.update(details)
         curve = [
-            {**{k: row[k] for k in KEYS}, "epoch": e + 1, "loss": v}
+            {**{k: row[k] for k in self.keys}, "epoch": e + 1, "loss": v}
             for e, v in enumerate(loss_curve)
         ]
         new = not (self.folder / RESULTS_CSV).exists()
         self._append(
             [
                 (RESULTS_JSONL, json.dumps(record) + "\n"),
-                (RESULTS_CSV, _csv_lines(COLUMNS, [row], new)),
-                (LOSS_CURVES_CSV, _csv_lines([*KEYS, "epoch", "loss"], curve, new)),
+                (RESULTS_CSV, _csv_lines(self.columns, [row], new)),
+                (LOSS_CURVES_CSV, _csv_lines([*self.keys, "epoch", "loss"], curve, new)),
             ]
         )
 

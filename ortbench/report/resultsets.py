@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..bench.calibration import read_calibration
 from ..bench.store import KEYS, RESULTS_JSONL, SAMPLES, read_records
 from ..training import OrtBenchError
 
@@ -53,6 +54,8 @@ class ResultSet:
 
     label: str
     measurements: dict[tuple[str, str], Measurement]
+    #: a bench run's calibration samples per probe (``ortbench.bench.calibration``)
+    calibration: dict[str, list[float]] | None = None
 
 
 def load_result_set(path: str | Path) -> ResultSet:
@@ -136,7 +139,7 @@ def _bench_folder(folder: Path) -> ResultSet:
                 samples = _samples(record.get(SAMPLES), f"{where}, {SAMPLES}")
             measurements[(name, params)] = Measurement(value, unit, samples)
     run = records[0]["run_id"] if records else folder.name
-    return ResultSet(f"run {run}", measurements)
+    return ResultSet(f"run {run}", measurements, read_calibration(folder))
 
 
 def _column(columns: dict, name: str, n: int, where: str) -> list:

@@ -4,6 +4,8 @@ A change counts only when it is statistically significant (see :mod:`.significan
 beyond the threshold, as ``asv compare`` decides. Verdicts:
 
 - regressed: significantly slower (larger) by more than the threshold, or a counter grew;
+- drift?: regressed on times normalised by the machine's drift between the runs, but
+  within the threshold of what the most drifted calibration probe explains (:mod:`.drift`);
 - failed: errored in HEAD, or measured in BASE and errored, unavailable or absent in HEAD;
 - warning: significantly slower by more than ``warn`` but not by more than the threshold;
 - not significant: beyond the threshold but within the noise;
@@ -22,6 +24,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from .drift import DRIFT, Drift, measure_drift
 from .resultsets import Measurement, ResultSet
 from .significance import P_THRESHOLD, is_significant
 from .units import format_value
@@ -34,7 +37,7 @@ IMPROVED = "improved"
 MISSING = "missing"
 UNCHANGED = "unchanged"
 #: Report order: what needs attention first.
-ORDER = (FAILED, REGRESSED, WARNING, NOT_SIGNIFICANT, IMPROVED, MISSING, UNCHANGED)
+ORDER = (FAILED, REGRESSED, DRIFT, WARNING, NOT_SIGNIFICANT, IMPROVED, MISSING, UNCHANGED)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class Comparison:
     threshold: float
     warn: float
     verdicts: list[Verdict]
+    #: the machine's drift between the runs, when both recorded a calibration
+    drift: Drift | None = None
 
     def counts(self) -> Counter:
         return Counter(v.verdict for v in self.verdicts)
@@ -127,7 +132,10 @@ def judge_one_side(before: Measurement | None, after: Measurement | None) -> tup
 def compare(
     base: ResultSet, head: ResultSet, threshold: float = 0.10, warn: float = 0.05
 ) -> Comparison:
-    """Judge every benchmark of either result set."""
+    """Judge every benchmark of either result set (times normalised when the machine
+    drifted between the runs, see :mod:`.drift`)."""
+    drift = measure_drift(base, head)
+    moved = drift is not None and drift.moved
     verdicts = []
     for key in sorted(set(base.measurements) | set(head.measurements)):
         before, after = base.measurements.get(key), head.measurements.get(key)
@@ -139,9 +147,20 @@ def compare(
             continue
         if before.skipped and after.skipped:
             continue
-        verdicts.append(Verdict(*key, before, after, *judge(before, after, threshold, warn)))
-    verdicts.sort(key=lambda v: ORDER.index(v.verdict))
-    return Comparison(base.label, head.label, threshold, warn, verdicts)
+        if moved:
+            after = drift.normalise(after)
+        verdict, ratio, note = judge(before, after, threshold, warn)
+        if (
+            moved
+            and verdict == REGRESSED
+            and not after.counter
+            and drift.explains(ratio, threshold)
+        ):
+            verdict = DRIFT
+        verdicts.append(Verdict(*key, before, after, verdict, ratio, note))
+    # counters are exact: their verdicts come first, then the timings'
+    verdicts.sort(key=lambda v: (not (v.before or v.after).counter, ORDER.index(v.verdict)))
+    return Comparison(base.label, head.label, threshold, warn, verdicts, drift)
 
 
 def _cell(m: Measurement | None) -> str:
@@ -172,7 +191,9 @@ def comparison_markdown(comparison: Comparison) -> str:
     counts = comparison.counts()
     tally = ", ".join(f"{counts[v]} {v}" for v in ORDER if counts[v])
     headline = "Regressions found" if comparison.failing else "No regression"
-    lines = [
+    drift = comparison.drift
+    lines = [drift.describe()] if drift is not None and drift.moved else []
+    lines += [
         f"## Benchmarks: {headline}",
         "",
         f"BASE: {comparison.base}  ",
@@ -186,6 +207,10 @@ def comparison_markdown(comparison: Comparison) -> str:
         f"intervals) and beyond {comparison.threshold:.0%}; warnings are significant slowdowns "
         f"beyond {comparison.warn:.0%}, improvements significant speed-ups beyond "
         f"{comparison.warn:.0%}. Counters regress at any increase. Ratio: HEAD / BASE.",
+        "",
+        "No calibration on both sides: machine drift not checked."
+        if drift is None
+        else drift.describe(),
     ]
     header = [
         "| verdict | benchmark | parameters | BASE | HEAD | ratio |",

@@ -1,0 +1,336 @@
+"""A/B runs: BASE and HEAD timed side by side, one worker process per side.
+
+Each side is a git ref or a checkout folder (:mod:`.checkouts`); its worker
+(:mod:`.ab_worker`) runs with the side's tree first on the path. The coordinator
+prepares each cell on both sides, then alternates their timed fits (A B, B A, A B, ...
+see :func:`alternation`), so a drift of the machine lands on
+both sides alike and the paired ratios cancel it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..training import OrtBenchError
+from . import ab_worker
+from .checkouts import Checkout
+from .contenders.base import SHORT_EPOCHS, slope
+from .interruption import interruptible
+from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells
+from .problems import make_problem
+from .store import COLUMNS, ResultsWriter
+
+#: Threads of the BLAS and OpenMP pools in a worker unless the environment sets them: the
+#: pools' threads spin for a while after each call, and in the idle worker they would take
+#: the core the other side's next fit needs.
+THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: The two sides of an A/B run, as the ``side`` column spells them.
+BASE, HEAD = "BASE", "HEAD"
+SIDES = (BASE, HEAD)
+#: The column naming a row's side, and the JSON field holding each sample's place in
+#: its cell's order of samples (both sides counted).
+SIDE = "side"
+POSITIONS = "fit_positions"
+#: The JSON field holding each round's long fit in seconds per step.
+FITS = "long_fit_seconds_per_step"
+
+
+def alternation(repeat: int) -> list[tuple[str, str]]:
+    """The order of the two sides in each of ``repeat`` rounds: A B, B A, A B, ...
+
+    Over two rounds each side's mean position is the same, so a linear drift of the
+    machine lands on both alike.
+    """
+    return [(BASE, HEAD) if k % 2 == 0 else (HEAD, BASE) for k in range(repeat)]
+
+
+class Side(Protocol):
+    """What the coordinator needs from a side: its versions and machine (the row's
+    context columns) and an answer to each request."""
+
+    context: dict
+
+    def request(self, command: str, **fields) -> dict: ...
+
+
+class Worker:
+    """A worker process running one side's contenders (:mod:`.ab_worker`).
+
+    Parameters
+    ----------
+    name : str
+        ``BASE`` or ``HEAD``: named in errors.
+    side : Checkout
+        The tree and interpreter to run.
+    log : Path
+        The worker's stderr goes there (warnings, tracebacks).
+    """
+
+    def __init__(self, name: str, side: Checkout, log: Path):
+        self.name = name
+        self.log = log
+        environment = {**THREADS, **os.environ, "PYTHONPATH": str(side.tree)}
+        with open(log, "ab") as stderr:
+            self.process = subprocess.Popen(
+                [side.python, "-c", Path(ab_worker.__file__).read_text(encoding="utf-8")],
+                cwd=side.tree,
+                env=environment,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        hello = self.request("hello")
+        expected = side.tree / "ortbench"
+        if "error" in hello or Path(hello["ortbench"]).resolve() != expected.resolve():
+            self.close()
+            found = hello.get("error") or hello["ortbench"]
+            raise OrtBenchError(
+                f"the {name} worker did not import ortbench from {expected}: {found}"
+            )
+        self.context: dict = hello["context"]
+
+    def request(self, command: str, **fields) -> dict:
+        """Send one request and wait for its reply."""
+        try:
+            self.process.stdin.write(json.dumps({"command": command, **fields}) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except OSError:
+            line = ""
+        if not line:
+            raise OrtBenchError(f"the {self.name} worker stopped: {self._last_log_line()}")
+        return json.loads(line)
+
+    def _last_log_line(self) -> str:
+        lines = self.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        return f"{lines[-1]} (log: {self.log})" if lines else f"no output (log: {self.log})"
+
+    def close(self) -> None:
+        """End the process: its input closes, it exits; killed if it does not."""
+        if self.process.stdin and not self.process.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class SideResult:
+    """One side of one cell: its row, its timed fits and their places in the cell's order."""
+
+    row: dict
+    samples: list[float] = field(default_factory=list)
+    overheads: list[float] = field(default_factory=list)
+    #: each round's long fit, seconds per step (what the paired verdict compares)
+    fits: list[float] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    loss_curve: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.row["status"] == "ok"
+
+
+@dataclass
+class PairedCell:
+    """A cell run on both sides."""
+
+    cell: Cell
+    sides: dict[str, SideResult]
+
+
+def _prepare(side: Side, cell: Cell, config: BenchConfig) -> SideResult:
+    """Build, fit once and score the cell on one side, on the data ``bench`` sizes for it."""
+    problem = _problem(cell, config)
+    row = _row(cell, config, problem)
+    rows = len(problem.data.X_train)
+    if rows < MIN_BATCHES * cell.batch_size:
+        reason = f"batch size {cell.batch_size} is more than an eighth of {rows} training rows"
+        return SideResult({**row, "status": f"unavailable: {reason}"})
+    default = make_problem(cell.problem, cell.dataset, n_samples=config.n_samples)
+    n_samples = config.n_samples if problem is default else rows + len(problem.data.X_val)
+    reply = side.request(
+        "prepare", key=cell.label, cell=vars(cell), epochs=config.epochs, n_samples=n_samples
+    )
+    if "error" in reply:
+        return SideResult({**row, "status": f"failed: {reply['error']}"})
+    return SideResult({**row, **reply})
+
+
+def _durations(
+    results: list[PairedCell], sides: dict[str, Side], order: tuple[str, str], epochs: int
+) -> dict[tuple[int, str], float]:
+    """One fit of ``epochs`` epochs of every cell on each side in ``order``; a fit that
+    breaks marks that side's cell failed."""
+    durations = {}
+    for k, paired in enumerate(results):
+        for name in order:
+            result = paired.sides[name]
+            if not result.ok:
+                continue
+            reply = sides[name].request("time", key=paired.cell.label, epochs=epochs)
+            if "error" in reply:
+                result.row["status"] = f"failed: {reply['error']}"
+            else:
+                durations[k, name] = reply["seconds"]
+    return durations
+
+
+def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side]) -> list:
+    """Run cells that differ only by contender on both sides, timed fits alternated.
+
+    Every cell is prepared (built, fitted once, scored) on both sides. Then each round
+    times a short fit (``SHORT_EPOCHS`` epochs) of every cell on both sides, then a long
+    one (``SHORT_EPOCHS + epochs``), as ``bench`` does; the sides take turns in the
+    order ``alternation(repeat)[k]`` in round ``k``. A round's sample of a side is the
+    slope between its two fits: the time per step without what a fit pays once. A side
+    whose cell failed or could not run is skipped; a fit that breaks marks it failed.
+
+    Returns
+    -------
+    list of PairedCell
+        One per cell of the group, in order; each side's samples in the order they ran,
+        with their places in the cell's order of samples (both sides counted).
+    """
+    results = [
+        PairedCell(cell, {name: _prepare(side, cell, config) for name, side in sides.items()})
+        for cell in group
+    ]
+    long_epochs = SHORT_EPOCHS + config.epochs
+    for order in alternation(config.repeat):
+        short = _durations(results, sides, order, SHORT_EPOCHS)
+        long = _durations(results, sides, order, long_epochs)
+        for k, paired in enumerate(results):
+            for name in order:
+                result = paired.sides[name]
+                if not result.ok or (k, name) not in long:
+                    continue
+                steps = result.row["steps"] // config.epochs
+                per_step, per_fit = slope(
+                    short[k, name], long[k, name], SHORT_EPOCHS * steps, long_epochs * steps
+                )
+                result.positions.append(sum(len(r.samples) for r in paired.sides.values()))
+                result.samples.append(per_step)
+                result.overheads.append(per_fit)
+                result.fits.append(long[k, name] / (long_epochs * steps))
+    for paired in results:
+        for name, result in paired.sides.items():
+            if not result.ok:
+                continue
+            reply = sides[name].request("finish", key=paired.cell.label)
+            result.loss_curve = reply.pop("loss_curve", [])
+            result.row.update(reply)
+    return results
+
+
+#: Timed fits per side and cell unless ``--repeat`` says otherwise: enough pairs for the
+#: signed-rank test to decide (see :func:`ortbench.report.paired.min_pvalue`).
+AB_REPEAT = 24
+#: What ``ab.json`` in an A/B run folder holds: each side's ref, commit, tree, environment.
+AB_JSON = "ab.json"
+
+
+def _side_row(paired: PairedCell, name: str, context: dict, run_id: str) -> dict:
+    result = paired.sides[name]
+    row = dict.fromkeys(COLUMNS, math.nan) | context | result.row
+    row.update(run_id=run_id, side=name)
+    if result.ok and result.samples:
+        row.update(
+            seconds_per_step=float(np.median(result.samples)),
+            seconds_per_step_min=min(result.samples),
+            seconds_per_step_max=max(result.samples),
+            seconds_per_fit_overhead=float(np.median(result.overheads)),
+        )
+    return row
+
+
+@contextlib.contextmanager
+def started(folder: Path, sides: dict[str, Checkout]) -> Iterator[dict[str, Worker]]:
+    """One worker per side, logging into ``folder`` (where ``ab.json`` records the
+    sides); the workers end with the block."""
+    info = {name: {**vars(side), "tree": str(side.tree)} for name, side in sides.items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / AB_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    workers: dict[str, Worker] = {}
+    try:
+        for name, side in sides.items():
+            workers[name] = Worker(name, side, folder / f"worker-{name}.log")
+        yield workers
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
+def run_ab(
+    config: BenchConfig,
+    sides: dict[str, Side],
+    writer: ResultsWriter,
+    run_id: str,
+    progress: Callable[[int, int, PairedCell], None] | None = None,
+) -> int:
+    """Run every cell of the matrix on both sides, group by group (see
+    :func:`run_pair_group`), and append both sides' rows as each group finishes.
+
+    Parameters
+    ----------
+    config : BenchConfig
+        The matrix, epochs and repeat.
+    sides : dict
+        ``BASE`` and ``HEAD`` sides (workers).
+    writer : ResultsWriter
+        Writes the run folder; its keys include ``side``. Each JSON line also holds the
+        places of its timed fits in the cell's order of fits (``fit_positions``).
+    run_id : str
+        The ``run_id`` column.
+    progress : callable, optional
+        Called with (cells done, cells, cell) as each cell finishes.
+
+    Returns
+    -------
+    int
+        The number of cells.
+
+    Raises
+    ------
+    OrtBenchError
+        When a worker stops.
+    KeyboardInterrupt
+        On SIGINT or SIGTERM; the rows of the groups that finished are written.
+    """
+    if set(sides) != set(SIDES):
+        raise ValueError(f"sides must be {SIDES}, got {sorted(sides)}")
+    todo = cells(config.check())
+    done = 0
+    with interruptible() as signals:
+        for _, group in itertools.groupby(
+            todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
+        ):
+            results = run_pair_group(list(group), config, sides)
+            with signals.deferred():  # a group's rows are written whole
+                for paired in results:
+                    for name, result in paired.sides.items():
+                        row = _side_row(paired, name, sides[name].context, run_id)
+                        details = {POSITIONS: result.positions, FITS: result.fits}
+                        writer.append(row, result.samples, result.loss_curve, **details)
+            if signals.came():
+                raise KeyboardInterrupt
+            for paired in results:
+                done += 1
+                if progress is not None:
+                    progress(done, len(todo), paired)
+    return len(todo)

@@ -1,0 +1,104 @@
+"""Drift between two runs made apart: did the machine, rather than the code, change speed?
+
+Every ``ortbench bench`` run records a calibration (:mod:`ortbench.bench.calibration`):
+a numpy matrix product, a one-node onnxruntime loop and the baseline contender, each
+timed ``repeat`` times. Comparing two runs, each probe's change is the ratio of its
+medians, HEAD / BASE. The calibration moved when a machine probe's samples differ by a
+two-sided Mann-Whitney U test (p < :data:`P_DRIFT`) and by more than :data:`FLOOR`.
+Then the times are judged normalised by the calibration (HEAD divided by the geometric
+mean of the machine probes' ratios), and a regression that the largest of the probes'
+ratios (the baseline contender's included) could explain becomes ``drift?``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import stats
+
+from ..bench.calibration import MACHINE_PROBES
+from .resultsets import Measurement, ResultSet
+
+#: Verdict of a regression that the machine's drift could explain.
+DRIFT = "drift?"
+#: p-value under which a probe's samples differ.
+P_DRIFT = 0.01
+#: A probe's change under this is no drift, however significant.
+FLOOR = 0.03
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How much slower HEAD's run found the machine than BASE's, per probe."""
+
+    #: probe -> median HEAD / median BASE
+    ratios: dict[str, float]
+    #: True when a machine probe changed beyond its noise
+    moved: bool
+
+    @property
+    def factor(self) -> float:
+        """The machine's change: the geometric mean of the machine probes' ratios."""
+        logs = [math.log(self.ratios[p]) for p in MACHINE_PROBES if p in self.ratios]
+        return math.exp(sum(logs) / len(logs)) if logs else 1.0
+
+    def describe(self) -> str:
+        """One line: whether the machine drifted, by how much, and what was done."""
+        probes = ", ".join(f"{name} {ratio:.2f}x" for name, ratio in self.ratios.items())
+        if not self.moved:
+            return f"Calibration steady (HEAD / BASE: {probes})."
+        return (
+            f"**Machine drift: the calibration ran {self.factor:.2f}x as long in HEAD as in "
+            f"BASE** ({probes}): times are judged divided by {self.factor:.2f}; a "
+            f"regression the drift could explain is marked {DRIFT}."
+        )
+
+    def normalise(self, m: Measurement) -> Measurement:
+        """A HEAD time measurement divided by the drift factor (others as they are)."""
+        if m.unit != "seconds" or m.value is None:
+            return m
+        f = self.factor
+        return replace(
+            m,
+            value=m.value / f,
+            samples=None if m.samples is None else tuple(s / f for s in m.samples),
+            ci=None if m.ci is None else (m.ci[0] / f, m.ci[1] / f),
+        )
+
+    def explains(self, ratio: float | None, threshold: float) -> bool:
+        """Whether a normalised HEAD / BASE ``ratio`` stays within the threshold once
+        divided by the largest probe ratio instead of the drift factor."""
+        if ratio is None:
+            return False
+        return ratio * self.factor / max(self.ratios.values()) <= 1 + threshold
+
+
+def measure_drift(base: ResultSet, head: ResultSet) -> Drift | None:
+    """The drift between two runs' calibrations; None unless both recorded one.
+
+    Parameters
+    ----------
+    base, head : ResultSet
+        The runs, with their ``calibration`` samples.
+
+    Returns
+    -------
+    Drift or None
+        The ratio of each probe both runs timed, and whether the machine moved.
+    """
+    if not base.calibration or not head.calibration:
+        return None
+    ratios, moved = {}, False
+    for probe, before in base.calibration.items():
+        after = head.calibration.get(probe)
+        if not before or not after:
+            continue
+        ratios[probe] = float(np.median(after) / np.median(before))
+        if probe in MACHINE_PROBES and abs(math.log(ratios[probe])) > math.log(1 + FLOOR):
+            p = stats.mannwhitneyu(before, after, alternative="two-sided").pvalue
+            moved = moved or p < P_DRIFT
+    if not any(p in ratios for p in MACHINE_PROBES):
+        return None
+    return Drift(ratios, moved)

@@ -1,0 +1,290 @@
+"""``ortbench ab``: the coordinator's order of fits and pairing (on fake sides, no timing),
+the paired test on synthetic drifting samples, the sides' environments, the command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ortbench.bench.ab import AB_REPEAT, BASE, HEAD, SIDE, Worker, alternation, run_ab
+from ortbench.bench.checkouts import Checkout, mismatched_pins
+from ortbench.bench.contenders.base import SHORT_EPOCHS
+from ortbench.bench.machine import machine, versions
+from ortbench.bench.matrix import BenchConfig
+from ortbench.bench.store import COLUMNS, KEYS, ResultsWriter, read_records
+from ortbench.cli import main
+from ortbench.report.paired import (
+    ab_comparison,
+    ab_markdown,
+    neighbour_ratios,
+    paired_test,
+    paired_verdict,
+)
+from ortbench.report.verdicts import IMPROVED, REGRESSED, UNCHANGED
+from ortbench.training import OrtBenchError
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = BenchConfig(
+    contenders=("ort-full", "ort-fwbw"),
+    problems=("mlp",),
+    batch_sizes=(15,),
+    devices=("cpu",),
+    epochs=2,
+    repeat=AB_REPEAT,
+)
+CONTEXT = versions() | machine()
+
+
+class FakeSide:
+    """A side that fits nothing: it logs each request on a shared clock and answers, for
+    a fit of ``epochs`` epochs of 10 steps, a fixed cost of 1 ms plus 0.1 ms a step, times
+    ``factor``, times a drift of the machine that grows geometrically with the number of
+    rounds (short and long fits) timed so far."""
+
+    def __init__(self, name: str, log: list, factor: float, ortvalues: int = 0, drift=1.05):
+        self.name, self.log, self.factor = name, log, factor
+        self.ortvalues, self.drift = ortvalues, drift
+        self.context = CONTEXT
+
+    def request(self, command: str, **fields) -> dict:
+        self.log.append((command, self.name, fields.get("key"), fields.get("epochs")))
+        if command == "prepare":
+            steps = 10 * fields["epochs"]
+            return {"steps": steps, "status": "ok", "initial_loss": 1.0, "final_train_loss": 0.5}
+        if command == "time":
+            clock = (sum(entry[0] == "time" for entry in self.log) - 1) // 8  # 8 fits a round
+            seconds = 1e-3 + 1e-4 * 10 * fields["epochs"]
+            return {"seconds": self.factor * seconds * self.drift**clock}
+        return {"loss_curve": [0.7, 0.5], "runs_per_step": 2, "ortvalues_per_step": self.ortvalues}
+
+
+def fake_run(folder: Path, head_factor: float, head_ortvalues: int = 0) -> list:
+    log: list = []
+    sides = {
+        BASE: FakeSide(BASE, log, 1.0),
+        HEAD: FakeSide(HEAD, log, head_factor, head_ortvalues),
+    }
+    run_ab(CONFIG, sides, ResultsWriter(folder, keys=[*KEYS, SIDE]), "run")
+    return log
+
+
+def test_timed_fits_alternate_a_b_b_a_within_each_cell(tmp_path):
+    log = fake_run(tmp_path, 1.0)
+    commands = [entry[0] for entry in log]
+    # every cell is prepared on both sides before any timing, finished after all of it;
+    # each round is a short and a long fit of each cell on each side
+    assert commands == ["prepare"] * 4 + ["time"] * 8 * AB_REPEAT + ["finish"] * 4
+    timed = [(side, key.split()[0], epochs) for command, side, key, epochs in log[4:-4]]
+    short, long = SHORT_EPOCHS, SHORT_EPOCHS + CONFIG.epochs
+    assert [epochs for _, _, epochs in timed] == ([short] * 4 + [long] * 4) * AB_REPEAT
+    for contender in CONFIG.contenders:
+        for length in (short, long):
+            sides = [s for s, name, epochs in timed if name == contender and epochs == length]
+            assert sides == [BASE, HEAD, HEAD, BASE] * (AB_REPEAT // 2)
+    # the contenders of a group take turns within each round
+    assert [name for _, name, _ in timed[:8]] == ["ort-full"] * 2 + ["ort-fwbw"] * 2 + [
+        "ort-full"
+    ] * 2 + ["ort-fwbw"] * 2
+    records = read_records(tmp_path)
+    assert sorted((r["contender"], r[SIDE]) for r in records) == sorted(
+        (c, s) for c in CONFIG.contenders for s in (BASE, HEAD)
+    )
+    for record in records:
+        assert len(record["seconds_per_step_samples"]) == AB_REPEAT
+        # each side holds every other place of its cell's order of fits
+        assert len(set(record["fit_positions"])) == AB_REPEAT
+
+
+def test_pairing_cancels_a_drift_of_the_machine(tmp_path):
+    """Times grow 5% with every round: over 12 rounds the machine slows 1.7x."""
+    fake_run(tmp_path / "ab", 2.0)
+    comparison = ab_comparison(tmp_path / "ab")
+    times = [v for v in comparison.verdicts if v.benchmark == "seconds_per_step"]
+    assert [v.verdict for v in times] == [REGRESSED, REGRESSED]
+    for v in times:
+        assert v.ratio == pytest.approx(2.0, rel=1e-9)
+    records = read_records(tmp_path / "ab")
+    # the slope removes the 1 ms a fit pays once: 0.1 ms a step (at BASE's first round)
+    assert min(records[0]["seconds_per_step_samples"]) == pytest.approx(1e-4)
+    assert records[0]["seconds_per_fit_overhead"] > 1e-3
+    fake_run(tmp_path / "aa", 1.0)
+    comparison = ab_comparison(tmp_path / "aa")
+    assert {v.verdict for v in comparison.verdicts} == {UNCHANGED}
+    assert not comparison.failing
+
+
+def test_counters_are_exact_and_come_first(tmp_path):
+    fake_run(tmp_path, 1.0, head_ortvalues=1)
+    comparison = ab_comparison(tmp_path)
+    flagged = [(v.benchmark, v.verdict) for v in comparison.verdicts if v.verdict != UNCHANGED]
+    assert flagged == [("ortvalues_per_step", REGRESSED)] * 2
+    assert comparison.failing
+    report = ab_markdown(comparison)
+    assert report.index("ortvalues_per_step") < report.index("seconds_per_step")
+    assert report.startswith("## A/B benchmarks: Regressions found")
+
+
+def test_neighbour_ratios_by_hand():
+    # B at 1 between A 1.0 and A 4.0 (geometric mean 2.0); B at 2 likewise
+    assert neighbour_ratios([BASE, HEAD, HEAD, BASE], [1.0, 3.0, 4.0, 4.0]) == pytest.approx(
+        [1.5, 2.0]
+    )
+    # a HEAD fit at an end has one neighbour
+    assert neighbour_ratios([HEAD, BASE, BASE, HEAD], [2.0, 1.0, 3.0, 6.0]) == pytest.approx(
+        [2.0, 2.0]
+    )
+    assert alternation(3) == [(BASE, HEAD), (HEAD, BASE), (BASE, HEAD)]
+
+
+def drifting_run(seed: int, slowdown: float, ramp: float = 1.5, noise: float = 0.1) -> str:
+    """One cell's paired verdict: both sides slow down linearly by ``ramp`` over the run,
+    each fit has lognormal noise, HEAD is ``slowdown`` times slower."""
+    rng = np.random.default_rng(seed)
+    sides = [side for pair in alternation(AB_REPEAT) for side in pair]
+    clock = np.linspace(0, 1, len(sides))
+    seconds = 1e-4 * (1 + (ramp - 1) * clock) * np.exp(noise * rng.standard_normal(len(sides)))
+    seconds *= np.where(np.array(sides) == HEAD, slowdown, 1.0)
+    return paired_verdict(paired_test(neighbour_ratios(sides, seconds)), 0.10, 0.05)
+
+
+def test_a_slow_ramp_on_both_sides_is_not_flagged():
+    verdicts = Counter(drifting_run(seed, 1.0) for seed in range(200))
+    assert verdicts[REGRESSED] + verdicts[IMPROVED] <= 4, verdicts
+
+
+def test_a_head_slowdown_under_the_ramp_is_flagged_at_the_default_repeat():
+    verdicts = Counter(drifting_run(seed, 1.3) for seed in range(200))
+    assert verdicts[REGRESSED] >= 196, verdicts
+
+
+def test_pins_this_environment_does_not_satisfy(tmp_path):
+    installed = f"numpy=={np.__version__}\nscipy=={__import__('scipy').__version__}\n"
+    (tmp_path / "requirements.txt").write_text(f"# pins\n{installed}")
+    assert mismatched_pins(tmp_path) == []
+    (tmp_path / "requirements.txt").write_text(f"{installed}NumPy==0.0.1\n")
+    assert mismatched_pins(tmp_path) == [f"numpy==0.0.1 (installed: {np.__version__})"]
+    (tmp_path / "requirements.txt").write_text("no-such-package-here==1.0\n")
+    assert mismatched_pins(tmp_path) == ["no-such-package-here==1.0 (installed: none)"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["no-such-ref-here", "."], "neither a checkout folder nor a git ref"),
+        (["tests", "."], "without ortbench/__init__.py"),
+        ([".", ".", "--repeat", "9"], "too few pairs"),  # 10 is the least
+        ([".", ".", "--threshold", "0"], "--threshold must be > 0"),
+    ],
+)
+def test_bad_input_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["ab", *argv, "--cache", str(tmp_path), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_ab_runs_a_git_ref_against_a_checkout_folder(tmp_path, capsys, monkeypatch):
+    """Real workers: HEAD's tree exported into the cache against this checkout."""
+    monkeypatch.chdir(ROOT)
+    if subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    argv = ["ab", "HEAD", str(ROOT), "--contenders", "ort-fwbw", "--batch-sizes", "64"]
+    argv += ["--problem", "linear", "--devices", "cpu", "--epochs", "1", "--repeat", "10"]
+    status = main([*argv, "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")])
+    assert status in (0, 1)  # a timing verdict: the folder's form is what is checked here
+    (folder,) = (tmp_path / "out").iterdir()
+    info = json.loads((folder / "ab.json").read_text())
+    assert Path(info[BASE]["tree"]).parent.parent == tmp_path / "cache"
+    assert (Path(info[BASE]["tree"]) / "ortbench" / "__init__.py").exists()
+    assert info[HEAD]["tree"] == str(ROOT)
+    records = read_records(folder)
+    assert [r[SIDE] for r in records] == [BASE, HEAD]
+    for record in records:
+        assert record["status"] == "ok" and record["runs_per_step"] > 0
+        order = [side for pair in alternation(10) for side in pair]
+        expected = [k for k, side in enumerate(order) if side == record[SIDE]]
+        assert record["fit_positions"] == expected
+    assert records[0]["final_train_loss"] == pytest.approx(records[1]["final_train_loss"])
+    report = (folder / "ab.md").read_text()
+    assert report in capsys.readouterr().out
+
+
+def test_a_side_whose_ortbench_does_not_import_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    broken = tmp_path / "broken"
+    (broken / "ortbench").mkdir(parents=True)
+    (broken / "ortbench" / "__init__.py").write_text("raise ImportError('broken checkout')\n")
+    argv = ["ab", str(broken), str(ROOT), "--quick", "--cache", str(tmp_path / "cache")]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("ortbench: error: the BASE worker did not import ortbench from")
+    assert err[-1].endswith("ImportError: broken checkout")
+
+
+def test_times_that_are_not_positive_are_left_out_of_the_pairs():
+    # a slope lost in the noise (-1.0) is no time: the HEAD fit at 3 pairs with A at 0 and 4
+    sides = [BASE, HEAD, HEAD, BASE, BASE, HEAD]
+    ratios = neighbour_ratios(sides, [1.0, -1.0, 4.0, 0.0, 4.0, 8.0])
+    assert ratios == pytest.approx([2.0, 2.0])
+    assert neighbour_ratios([BASE, HEAD], [-1.0, 2.0]) == []
+
+
+def test_a_bench_folder_is_not_an_ab_folder(tmp_path):
+    row = dict.fromkeys(COLUMNS, float("nan")) | CONTEXT
+    row.update(run_id="r", contender="ort-full", problem="mlp", dataset="diabetes")
+    row.update(batch_size=8, device="cpu", status="ok", timing="slope")
+    ResultsWriter(tmp_path).append(row, [1e-4], [])
+    with pytest.raises(OrtBenchError, match="not an ortbench ab run folder"):
+        ab_comparison(tmp_path)
+
+
+def test_an_interrupt_keeps_the_groups_that_finished(tmp_path):
+    """Ctrl-C during the second group (batch size 64): the first group's rows stay whole."""
+    log: list = []
+
+    class Interrupting(FakeSide):
+        def request(self, command: str, **fields) -> dict:
+            if command == "time" and fields["key"].endswith("batch=64 cpu"):
+                raise KeyboardInterrupt
+            return super().request(command, **fields)
+
+    sides = {BASE: FakeSide(BASE, log, 1.0), HEAD: Interrupting(HEAD, log, 1.0)}
+    config = replace(CONFIG, batch_sizes=(15, 64))
+    with pytest.raises(KeyboardInterrupt):
+        run_ab(config, sides, ResultsWriter(tmp_path, keys=[*KEYS, SIDE]), "run")
+    records = read_records(tmp_path)
+    assert {(r["batch_size"], r[SIDE]) for r in records} == {(15, BASE), (15, HEAD)}
+    assert len(records) == 4
+    assert all(len(r["seconds_per_step_samples"]) == AB_REPEAT for r in records)
+
+
+def test_workers_run_one_blas_thread_unless_told(tmp_path, monkeypatch):
+    """A checkout whose machine module reports the worker's thread variables."""
+    tree = tmp_path / "tree"
+    (tree / "ortbench" / "bench").mkdir(parents=True)
+    (tree / "ortbench" / "__init__.py").write_text("")
+    (tree / "ortbench" / "bench" / "__init__.py").write_text("")
+    (tree / "ortbench" / "bench" / "machine.py").write_text(
+        "import os\n"
+        "def versions():\n"
+        "    return {k: os.environ.get(k) for k in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')}\n"
+        "def machine():\n"
+        "    return {}\n"
+    )
+    side = Checkout("tree", tree, sys.executable, "this interpreter")
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    worker = Worker(BASE, side, tmp_path / "worker.log")
+    worker.close()
+    assert worker.context == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    worker = Worker(BASE, side, tmp_path / "worker.log")
+    worker.close()
+    assert worker.context == {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "1"}

@@ -1,0 +1,146 @@
+"""Drift between runs made apart: the calibration each run records, and ``compare`` judging
+on times normalised by it, on synthetic run folders; counters first in its report."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ortbench.bench.calibration import (
+    CALIBRATION_JSON,
+    NUMPY_PROBE,
+    ORT_PROBE,
+    _OrtLoop,
+    read_calibration,
+    write_calibration,
+)
+from ortbench.bench.contenders import BASELINE
+from ortbench.bench.store import COLUMNS, ResultsWriter
+from ortbench.cli import main
+from ortbench.training import OrtBenchError
+
+RNG = np.random.default_rng(0)
+
+
+def noisy(value: float, n: int = 8, spread: float = 0.02) -> list[float]:
+    return list(value * np.exp(spread * RNG.standard_normal(n)))
+
+
+def run_folder(folder: Path, cells: dict[str, float], probes: dict[str, float] | None) -> Path:
+    """A bench run folder: ``cells`` maps a contender to its time per step (8 noisy
+    samples), ``probes`` a calibration probe to its time (None: no calibration)."""
+    writer = ResultsWriter(folder)
+    for contender, seconds in cells.items():
+        samples = noisy(seconds)
+        row = dict.fromkeys(COLUMNS, math.nan)
+        row.update(
+            run_id=folder.name, contender=contender, problem="mlp",
+            dataset="make_regression", batch_size=15, device="cpu", status="ok",
+            seconds_per_step=float(np.median(samples)), runs_per_step=2.0,
+            ortvalues_per_step=0.0,
+        )  # fmt: skip
+        writer.append(row, samples, [])
+    if probes is not None:
+        calibration = {name: noisy(seconds) for name, seconds in probes.items()}
+        (folder / CALIBRATION_JSON).write_text(json.dumps(calibration))
+    return folder
+
+
+PROBES = {NUMPY_PROBE: 3e-4, ORT_PROBE: 4e-6, BASELINE: 3e-4}
+CELLS = {"ort-full": 1e-4, "ort-fwbw": 1e-4, "ort-fwbw-nesterov": 1e-4}
+
+
+def compare(tmp_path, base, head, capsys) -> tuple[int, str]:
+    status = main(["compare", str(base), str(head)])
+    return status, capsys.readouterr().out
+
+
+def line(report: str, contender: str) -> str:
+    (found,) = [x for x in report.splitlines() if f"contender={contender}," in x and "seconds" in x]
+    return found
+
+
+def test_a_machine_slowed_down_everywhere_is_not_a_regression(tmp_path, capsys):
+    base = run_folder(tmp_path / "base", CELLS, PROBES)
+    head = run_folder(
+        tmp_path / "head",
+        {name: 1.3 * s for name, s in CELLS.items()},
+        {name: 1.3 * s for name, s in PROBES.items()},
+    )
+    status, report = compare(tmp_path, base, head, capsys)
+    assert status == 0
+    assert report.splitlines()[0].startswith("**Machine drift: the calibration ran 1.3")
+    assert "\n9 unchanged.\n" in report
+    # the same runs without their calibration regress everywhere
+    for folder in (base, head):
+        (folder / CALIBRATION_JSON).unlink()
+    status, report = compare(tmp_path, base, head, capsys)
+    assert status == 1
+    assert report.splitlines()[0].startswith("## Benchmarks: Regressions found")
+    assert "machine drift not checked" in report
+
+
+def test_drift_that_could_explain_a_slowdown_is_marked(tmp_path, capsys):
+    """The machine probes moved 1.2x and 1.4x (factor 1.30), the baseline contender 1.45x.
+    ort-full: 1.55x raw, 1.20x normalised, 1.07x against the baseline's drift: drift?.
+    ort-fwbw: 2.0x raw, 1.54x normalised, still 1.38x against 1.45: regressed."""
+    base = run_folder(tmp_path / "base", CELLS, PROBES)
+    slower = {"ort-full": 1.55, "ort-fwbw": 2.0, "ort-fwbw-nesterov": 1.3}
+    moved = {NUMPY_PROBE: 1.2, ORT_PROBE: 1.4, BASELINE: 1.45}
+    head = run_folder(
+        tmp_path / "head",
+        {name: slower[name] * s for name, s in CELLS.items()},
+        {name: moved[name] * s for name, s in PROBES.items()},
+    )
+    status, report = compare(tmp_path, base, head, capsys)
+    assert status == 1
+    assert report.splitlines()[0].startswith("**Machine drift")
+    assert line(report, "ort-full").startswith("| drift? |")
+    assert line(report, "ort-fwbw").startswith("| **regressed** |")
+    assert line(report, "ort-fwbw-nesterov").startswith("| unchanged |")
+    assert "1 regressed, 1 drift?" in report
+
+
+def test_a_steady_calibration_changes_nothing(tmp_path, capsys):
+    base = run_folder(tmp_path / "base", CELLS, PROBES)
+    head = run_folder(tmp_path / "head", {**CELLS, "ort-full": 1.5e-4}, PROBES)
+    status, report = compare(tmp_path, base, head, capsys)
+    assert status == 1
+    assert report.splitlines()[0] == "## Benchmarks: Regressions found"
+    assert "Calibration steady" in report
+    assert line(report, "ort-full").startswith("| **regressed** |")
+
+
+def test_calibration_probes(tmp_path):
+    loop = _OrtLoop()
+    loop.buffers[0][:] = RNG.standard_normal(loop.buffers[0].shape)
+    loop()
+    np.testing.assert_array_equal(loop.buffers[1], loop.buffers[0])  # X @ identity
+    assert read_calibration(tmp_path) is None
+    write_calibration(tmp_path, 2)  # before a run's cells
+    first = read_calibration(tmp_path)
+    write_calibration(tmp_path, 2)  # and after them
+    samples = read_calibration(tmp_path)
+    assert set(samples) == {NUMPY_PROBE, ORT_PROBE, BASELINE}
+    assert all(len(v) == 4 and min(v) > 0 for v in samples.values())
+    assert all(samples[name][:2] == first[name] for name in samples)
+    (tmp_path / CALIBRATION_JSON).write_text("{not json")
+    with pytest.raises(OrtBenchError, match="not a calibration file"):
+        read_calibration(tmp_path)
+
+
+def test_compare_lists_counter_verdicts_first(tmp_path, capsys):
+    base = run_folder(tmp_path / "base", CELLS, PROBES)
+    records = [json.loads(x) for x in (base / "results.jsonl").read_text().splitlines()]
+    records[-1]["ortvalues_per_step"] = 1.0  # ort-fwbw-nesterov allocated in BASE, not in HEAD
+    (base / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    head = run_folder(tmp_path / "head", {**CELLS, "ort-full": 2e-4}, PROBES)
+    status, report = compare(tmp_path, base, head, capsys)
+    assert status == 1
+    rows = [x for x in report.splitlines() if x.startswith("| ") and "_per_step`" in x]
+    assert rows[0].startswith("| improved |") and "`ortvalues_per_step`" in rows[0]
+    assert rows[1].startswith("| **regressed** |") and "`seconds_per_step`" in rows[1]
