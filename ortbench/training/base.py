@@ -20,7 +20,7 @@ from sklearn.metrics import accuracy_score, r2_score
 
 from .data import BatchLoader
 from .derivative import choose_backend
-from .errors import OrtBenchError
+from .errors import ConvergenceError, OrtBenchError
 from .graph_tools import (
     check_weight_names,
     drop_noop_reshapes,
@@ -129,7 +129,7 @@ class BaseTrainer(BaseEstimator):
             loss = float(self._run_epoch(loader.epoch()))
             if not np.isfinite(loss):
                 self.set_state(snapshot)
-                raise OrtBenchError(
+                raise ConvergenceError(
                     f"training diverged at epoch {epoch}: the loss is {loss}; get_state() "
                     f"holds the weights from before that epoch (lower the learning rate)"
                 )

@@ -16,7 +16,12 @@ from onnxruntime.capi import _pybind_state as C
 
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
-from .graph_tools import check_weight_names, rewrite_linear_nodes, weights_as_inputs
+from .graph_tools import (
+    check_weight_names,
+    rewrite_linear_nodes,
+    trainable_initializers,
+    weights_as_inputs,
+)
 from .portable import vjp_graph
 from .runtime import check_training_build, first_line, quiet_logs, runtime_problem, session_options
 
@@ -35,11 +40,37 @@ def choose_backend(backend: str | None) -> str:
 
 
 class DerivativeOptions(enum.IntFlag):
-    """The seed's flags for :func:`onnx_derivative`, kept for compatibility."""
+    """The seed's flags for :func:`onnx_derivative`.
+
+    ``KeepYieldOp`` (alone): onnxruntime-training's forward/backward graph as its builder
+    makes it, with the YieldOp node between both passes; ``KeepOutputs``: the model's
+    outputs follow the gradients; ``FillGrad`` (with ``KeepOutputs``, as the seed
+    requires): the upstream gradient is ones instead of an input.
+    """
 
     Zero = 0
+    KeepYieldOp = 1
     KeepOutputs = 2
     FillGrad = 4
+
+
+def _check_options(options) -> DerivativeOptions:
+    """The seed's validation of :class:`DerivativeOptions` combinations."""
+    known = sum(int(flag) for flag in DerivativeOptions)
+    if isinstance(options, bool) or not isinstance(options, int) or int(options) & ~known:
+        raise OrtBenchError(
+            f"options must combine DerivativeOptions flags (KeepYieldOp, KeepOutputs, "
+            f"FillGrad), got {options!r}"
+        )
+    options = DerivativeOptions(options)
+    if options & DerivativeOptions.KeepYieldOp and options != DerivativeOptions.KeepYieldOp:
+        raise OrtBenchError("DerivativeOptions.KeepYieldOp cannot be combined with other flags")
+    if options & DerivativeOptions.FillGrad and not options & DerivativeOptions.KeepOutputs:
+        raise OrtBenchError(
+            "DerivativeOptions.FillGrad needs KeepOutputs too: use "
+            "DerivativeOptions.FillGrad | DerivativeOptions.KeepOutputs"
+        )
+    return options
 
 
 def onnx_derivative(
@@ -62,13 +93,25 @@ def onnx_derivative(
     for each float output ``y`` (the upstream gradient; absent with ``fill_grad``, which
     takes it as ones). Outputs: ``<x>_grad`` for each differentiated input, then
     ``<w>_grad`` for each weight, then the model's outputs when ``keep_outputs``.
-    By default the weights are :func:`trainable_initializers` and the inputs every float input.
+    By default the weights are :func:`trainable_initializers` (none for a model without
+    float initializers: only its inputs are differentiated then) and the inputs every
+    float input.
+
+    ``options`` takes the seed's :class:`DerivativeOptions` flags instead of
+    ``keep_outputs``/``fill_grad``, validated as the seed did: ``FillGrad`` only with
+    ``KeepOutputs``, ``KeepYieldOp`` alone (it returns onnxruntime-training's
+    forward/backward graph, so it needs ``backend='ort-training'``).
     """
     backend = choose_backend(backend)
+    yield_op = False
     if options is not None:
+        options = _check_options(options)
         keep_outputs = bool(options & DerivativeOptions.KeepOutputs)
         fill_grad = bool(options & DerivativeOptions.FillGrad)
+        yield_op = bool(options & DerivativeOptions.KeepYieldOp)
     model = rewrite_linear_nodes(onx)
+    if weights is None and not trainable_initializers(model):
+        weights = []
     weights = check_weight_names(model, weights) if weights != [] else []
     float_inputs = [i.name for i in model.graph.input if i.type.tensor_type.elem_type == 1]
     if inputs is None:
@@ -80,6 +123,10 @@ def onnx_derivative(
             )
     if not inputs and not weights:
         raise OrtBenchError("onnx_derivative needs at least one weight or input to differentiate")
+    if yield_op:
+        if backend != "ort-training":
+            raise OrtBenchError("DerivativeOptions.KeepYieldOp needs backend='ort-training'")
+        return onnx.load_model_from_string(build_training_graph(model, weights, inputs).model)
     model = weights_as_inputs(model, weights)
     outputs = [o for o in model.graph.output if o.type.tensor_type.elem_type == 1]
     wanted = [f"{n}_grad" for n in [*inputs, *weights]]
@@ -157,17 +204,20 @@ class TrainingGraph:
     grad_names: list[str]
 
 
-def build_training_graph(onx: onnx.ModelProto, weights: list[str]) -> TrainingGraph:
+def build_training_graph(
+    onx: onnx.ModelProto, weights: list[str], inputs: list[str] | None = None
+) -> TrainingGraph:
     """Build the forward/backward graph of ``onx`` (one output) for its ``weights``.
 
     The weights become graph inputs: the trainer owns them as OrtValues and feeds them.
+    ``inputs`` names the inputs whose gradient the graph also computes (none by default).
     """
     check_training_build()
     model = weights_as_inputs(onx, weights)
     config = C.OrtModuleGraphBuilderConfiguration()
     config.initializer_names = weights
     config.initializer_names_to_train = weights
-    config.input_names_require_grad = []
+    config.input_names_require_grad = list(inputs or [])
     config.build_gradient_graph = True
     quiet_logs()
     builder = C.OrtModuleGraphBuilder()

@@ -7,3 +7,10 @@ class OrtBenchError(ValueError):
     Subclasses ValueError so scikit-learn's tooling (GridSearchCV's error_score,
     check_estimator) treats it as the estimator's own validation error.
     """
+
+
+class ConvergenceError(OrtBenchError):
+    """Training diverged: the loss of an epoch is NaN or infinite.
+
+    The trainer's weights are those from before that epoch.
+    """

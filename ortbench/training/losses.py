@@ -7,6 +7,10 @@ the predictions is (p - y) / n, the output delta scikit-learn back-propagates.
 The same node functions build the loss appended by :func:`add_loss_output` (full
 training, where onnxruntime differentiates it) and the loss-and-gradient graph of the
 forward/backward trainer (where the gradient is written explicitly).
+
+The seed (onnxcustom) wrote the squared error without the half: (p - y)^2, gradient
+2 (p - y). ``SquareLearningLoss(convention='seed')`` is that loss; scikit-learn's stays
+the default, so the choice is always visible in the object's repr.
 """
 
 from __future__ import annotations
@@ -22,11 +26,42 @@ from .graph_builder import GraphBuilder
 EPS = float(np.finfo(np.float32).eps)
 
 
+#: The two ways to write the squared error: scikit-learn's half and the seed's whole.
+CONVENTIONS = ("sklearn", "seed")
+
+
 class BaseLearningLoss(BaseEstimator):
     """A loss defined by an element-wise term and its derivative."""
 
     #: True for losses over class probabilities: the trainer one-hot encodes labels.
     is_classification = False
+
+    @classmethod
+    def select(cls, loss=None, **kwargs) -> BaseLearningLoss:
+        """The loss object a trainer's ``learning_loss`` parameter names.
+
+        Parameters
+        ----------
+        loss : BaseLearningLoss, str or None
+            An object (returned as it is), None (:class:`SquareLearningLoss`), or a name:
+            ``'square_error'``, ``'squared_error'``, ``'square'`` or ``'l2'``;
+            ``'absolute_error'``, ``'absolute'`` or ``'l1'``; ``'elastic'`` or
+            ``'elastic_error'``; ``'log'`` or ``'neg_log'``; or a class name.
+        **kwargs
+            Parameters of the class a name selects (``l1_weight``, ``convention``...).
+
+        Returns
+        -------
+        BaseLearningLoss
+
+        Raises
+        ------
+        OrtBenchError
+            For an unknown name, or parameters the class does not take.
+        """
+        if isinstance(loss, BaseLearningLoss):
+            return loss
+        return select_named(loss, LOSS_NAMES, SquareLearningLoss, "loss", kwargs)
 
     def element_nodes(
         self, b: GraphBuilder, expected: str, predicted: str
@@ -70,6 +105,21 @@ class BaseLearningLoss(BaseEstimator):
         b.output("loss_grad", ["N", "C"])
         return b.to_model()
 
+    def build_samples_function(self) -> onnx.ModelProto:
+        """The graph of each sample's loss, what :meth:`BaseTrainer.losses` runs.
+
+        Inputs: ``expected`` (n, c) and ``predicted`` (n, c). Output: ``losses`` (n,),
+        each row's loss term summed over its outputs (no mean, no penalty).
+        """
+        b = GraphBuilder(f"{type(self).__name__}_samples")
+        expected = b.input("expected", ["N", "C"])
+        predicted = b.input("predicted", ["N", "C"])
+        element, factor = self.element_loss_nodes(b, expected, predicted)
+        rows = b.op("ReduceSum", element, b.const([1], np.int64), keepdims=0)
+        b.op("Mul", rows, b.const(factor), name="losses")
+        b.output("losses", ["N"])
+        return b.to_model()
+
 
 def weight_shares_nodes(b: GraphBuilder, weight: str) -> str:
     """Add the nodes of each row's share of the batch loss, w / sum(w), as an (n, 1) column."""
@@ -101,11 +151,28 @@ def reduced_loss_nodes(
 
 
 class SquareLearningLoss(BaseLearningLoss):
-    """0.5 * (p - y)^2 per element: scikit-learn's squared error."""
+    """Squared error per element.
+
+    Parameters
+    ----------
+    convention : {'sklearn', 'seed'}
+        ``'sklearn'``: 0.5 * (p - y)^2, gradient p - y (MLPRegressor's loss);
+        ``'seed'``: (p - y)^2, gradient 2 (p - y) (onnxcustom's loss).
+    """
+
+    def __init__(self, convention: str = "sklearn"):
+        self.convention = convention
 
     def element_nodes(self, b, expected, predicted):
         diff = b.op("Sub", predicted, expected)
+        if self._is_seed():
+            return b.op("Mul", diff, diff), 1.0, b.op("Add", diff, diff)
         return b.op("Mul", diff, diff), 0.5, diff
+
+    def _is_seed(self) -> bool:
+        if self.convention not in CONVENTIONS:
+            raise OrtBenchError(f"convention must be one of {CONVENTIONS}, got {self.convention!r}")
+        return self.convention == "seed"
 
 
 class AbsoluteLearningLoss(BaseLearningLoss):
@@ -156,6 +223,15 @@ LOSSES = {
     "log": NegLogLearningLoss,
 }
 
+#: Every name :meth:`BaseLearningLoss.select` knows: ortbench's, the seed's and the
+#: seed's ``add_loss_output`` shorthands.
+LOSS_NAMES = {
+    SquareLearningLoss: ("squared_error", "square_error", "square", "l2"),
+    AbsoluteLearningLoss: ("absolute_error", "absolute", "l1"),
+    ElasticLearningLoss: ("elastic", "elastic_error"),
+    NegLogLearningLoss: ("log", "neg_log"),
+}
+
 
 def loss_from_name(score_name: str, l1_weight: float = 0.5, l2_weight: float = 0.5):
     """The loss object for one of :data:`LOSSES`' names."""
@@ -164,3 +240,19 @@ def loss_from_name(score_name: str, l1_weight: float = 0.5, l2_weight: float = 0
     if score_name == "elastic":
         return ElasticLearningLoss(l1_weight, l2_weight)
     return LOSSES[score_name]()
+
+
+def select_named(name, names: dict, default, what: str, kwargs: dict):
+    """The instance of the class ``name`` designates in ``names`` (a class name also works);
+    ``default`` for None."""
+    klass = default if name is None else None
+    for candidate, aliases in names.items():
+        if name in aliases or name == candidate.__name__:
+            klass = candidate
+    if klass is None:
+        known = sorted({a for aliases in names.values() for a in aliases})
+        raise OrtBenchError(f"unknown {what} {name!r}: expected an object or one of {known}")
+    try:
+        return klass(**kwargs)
+    except TypeError:
+        raise OrtBenchError(f"{klass.__name__} takes no parameter among {sorted(kwargs)}") from None

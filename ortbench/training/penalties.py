@@ -10,10 +10,36 @@ from __future__ import annotations
 from sklearn.base import BaseEstimator
 
 from .graph_builder import GraphBuilder
+from .losses import select_named
 
 
 class BaseLearningPenalty(BaseEstimator):
     """A penalty on weights: its value and its gradient."""
+
+    @classmethod
+    def select(cls, penalty=None, **kwargs) -> BaseLearningPenalty:
+        """The penalty object a trainer's ``learning_penalty`` parameter names.
+
+        Parameters
+        ----------
+        penalty : BaseLearningPenalty, str or None
+            An object (returned as it is), None or ``''`` (:class:`NoLearningPenalty`),
+            ``'elastic'`` or ``'l1l2'`` (:class:`ElasticLearningPenalty`), or a class name.
+        **kwargs
+            Parameters of the class a name selects (``l1``, ``l2``).
+
+        Returns
+        -------
+        BaseLearningPenalty
+
+        Raises
+        ------
+        OrtBenchError
+            For an unknown name, or parameters the class does not take.
+        """
+        if isinstance(penalty, BaseLearningPenalty):
+            return penalty
+        return select_named(penalty, PENALTY_NAMES, NoLearningPenalty, "penalty", kwargs)
 
     def is_active(self) -> bool:
         """False when the penalty adds nothing (no node is emitted then)."""
@@ -62,3 +88,10 @@ class ElasticLearningPenalty(BaseLearningPenalty):
         g1 = b.op("Mul", b.op("Sign", weight), b.const(self.l1))
         g2 = b.op("Mul", weight, b.const(2 * self.l2))
         return b.op("Add", g1, g2)
+
+
+#: The names :meth:`BaseLearningPenalty.select` knows (the seed's).
+PENALTY_NAMES = {
+    NoLearningPenalty: ("",),
+    ElasticLearningPenalty: ("elastic", "l1l2"),
+}

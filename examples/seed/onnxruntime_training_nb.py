@@ -1,0 +1,154 @@
+"""The seed tutorial "Stochastic Gradient Descent on simple function", run on ortbench.
+
+The code blocks are the tutorial's, in its order, with these changes:
+
+- imports point to ortbench; ``onnx.printer.to_text`` prints graphs where the tutorial
+  used mlprodict's text plots, and an onnxruntime ``InferenceSession`` runs them where it
+  used mlprodict's ``OnnxInference`` (``run`` returns a list, zipped with the names);
+- ``fct`` was written with mlprodict's numpy-to-ONNX decorator, which ortbench does not
+  have: the same graph (same nodes, same names) is written with ``onnx.helper`` and
+  ``fct`` runs it;
+- ``onnx_rename_names`` (mlprodict) only renamed intermediate results: left out;
+- the notebook's magics (``%onnxview``, ``%timeit``), plots and the profiling section
+  (pyquickhelper) are left out.
+
+``SEED_MAX_ITER`` (environment) shortens the trainings for CI.
+"""
+
+import os
+import pprint
+
+import numpy
+import pandas
+from onnx import TensorProto, helper, numpy_helper
+from onnx.printer import to_text as onnx_simple_text_plot
+from onnxruntime import InferenceSession
+
+from ortbench.training import DerivativeOptions, onnx_derivative
+from ortbench.training.graph_tools import select_outputs
+from ortbench.training.seed import (
+    OrtGradientForwardBackwardOptimizer,
+    OrtGradientOptimizer,
+    add_loss_output,
+)
+
+MAX_ITER = int(os.environ.get("SEED_MAX_ITER", 100))
+
+
+def fct_onnx():
+    """The tutorial's fct as an ONNX graph: input x (N, 2), output y (N, 1) =
+    -1 - 2 x0 + 3 x1 + x0^2 / 2 - x1^2 / 3."""
+
+    def const(name, value, dtype=numpy.float32):
+        return numpy_helper.from_array(numpy.array(value, dtype=dtype), name)
+
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["out_mul_0"]),
+        helper.make_node("Mul", ["out_mul_0", "init"], ["out_mul_0_1"]),
+        helper.make_node("Mul", ["x", "init_1"], ["out_mul_0_2"]),
+        helper.make_node("Add", ["out_mul_0_2", "out_mul_0_1"], ["out_add_0"]),
+        helper.make_node("Slice", ["out_add_0", "init_2", "init_3", "init_2"], ["out_sli_0"]),
+        helper.make_node("Squeeze", ["out_sli_0", "init_2"], ["out_squ_0"]),
+        helper.make_node("Slice", ["out_add_0", "init_5", "init_2", "init_2"], ["out_sli_0_1"]),
+        helper.make_node("Squeeze", ["out_sli_0_1", "init_2"], ["out_squ_0_1"]),
+        helper.make_node("Add", ["out_squ_0_1", "out_squ_0"], ["out_add_0_1"]),
+        helper.make_node("Add", ["out_add_0_1", "init_b10"], ["out_add_0_2"]),
+        helper.make_node("Reshape", ["out_add_0_2", "init_b11"], ["y"]),
+    ]
+    initializers = [
+        const("init", [[0.5, -0.33333]]),
+        const("init_1", [[-2, 3]]),
+        const("init_2", [1], numpy.int64),
+        const("init_3", [2], numpy.int64),
+        const("init_5", [0], numpy.int64),
+        const("init_b10", [-1]),
+        const("init_b11", [-1, 1], numpy.int64),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fct",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
+
+
+_fct_session = InferenceSession(fct_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def fct(x):
+    return _fct_session.run(None, {"x": x})[0]
+
+
+# A simple problem
+
+x = numpy.array([[0, 0], [1, 0], [0, 1], [1, 1], [2, 2]], dtype=numpy.float32)
+print(fct(x))
+
+# Gradient : retropropagation
+
+onx = fct_onnx()
+grad = onnx_derivative(onx)
+print(onnx_simple_text_plot(grad))
+print(set(n.op_type for n in grad.graph.node))
+
+# Add a square loss
+
+onx_loss = add_loss_output(onx)
+print(onnx_simple_text_plot(onx_loss))
+
+onx_loss_only = select_outputs(onx_loss, ["loss"])
+print(onnx_simple_text_plot(onx_loss_only))
+
+# Gradient again : loss + retropropagation
+
+grad_loss = onnx_derivative(
+    onx_loss_only, options=DerivativeOptions.FillGrad | DerivativeOptions.KeepOutputs
+)
+print(onnx_simple_text_plot(grad_loss))
+
+y = fct(x)
+oinf = InferenceSession(grad_loss.SerializeToString(), providers=["CPUExecutionProvider"])
+
+init = numpy.array([[2, 3]], dtype=numpy.float32)
+init_1 = numpy.array([[0.5, 0.33333]], dtype=numpy.float32)
+init_b10 = numpy.array([1], dtype=numpy.float32)
+result = oinf.run(None, {"x": x, "label": y, "init": init, "init_1": init_1, "init_b10": init_b10})
+result = dict(zip([o.name for o in oinf.get_outputs()], result))
+pprint.pprint(result)
+
+# TrainingSession
+
+X = numpy.random.randn(100, 2).astype(numpy.float32) / 10
+y = fct(X) + (numpy.random.randn(100, 1) / 1000).astype(numpy.float32)
+print(X.shape, y.shape)
+
+train_session = OrtGradientOptimizer(
+    onx_loss, ["init", "init_1", "init_b10"], learning_rate=1e-1, batch_size=5, max_iter=MAX_ITER
+)
+
+print(train_session.fit(X, y))
+print(train_session.trained_coef_)
+print(train_session.train_losses_[-5:])
+full_losses = pandas.DataFrame({"loss": train_session.train_losses_})
+
+# Forward backward: TrainingAgent
+
+train_session = OrtGradientForwardBackwardOptimizer(
+    onx, ["init", "init_1", "init_b10"], learning_rate=1e-1, batch_size=2, max_iter=MAX_ITER
+)
+print(train_session.fit(X, y))
+print(train_session.train_losses_[-5:])
+fwbw_losses = pandas.DataFrame({"loss": train_session.train_losses_})
+print(train_session.trained_coef_)
+print({k: v.numpy() for k, v in train_session.trained_coef_.items()})
+
+trained_onx = train_session.get_trained_onnx()
+print(onnx_simple_text_plot(trained_onx))
+
+oinf = InferenceSession(trained_onx.SerializeToString(), providers=["CPUExecutionProvider"])
+print(oinf.run(None, {"x": X})[0][:5])
+print(y[:5])
