@@ -20,9 +20,9 @@ import pprint
 
 import numpy
 import pandas
-from onnx import TensorProto, helper, numpy_helper
 from onnx.printer import to_text as onnx_simple_text_plot
 from onnxruntime import InferenceSession
+from seed_models import fct_onnx
 
 from ortbench.training import DerivativeOptions, onnx_derivative
 from ortbench.training.graph_tools import select_outputs
@@ -33,47 +33,6 @@ from ortbench.training.seed import (
 )
 
 MAX_ITER = int(os.environ.get("SEED_MAX_ITER", 100))
-
-
-def fct_onnx():
-    """The tutorial's fct as an ONNX graph: input x (N, 2), output y (N, 1) =
-    -1 - 2 x0 + 3 x1 + x0^2 / 2 - x1^2 / 3."""
-
-    def const(name, value, dtype=numpy.float32):
-        return numpy_helper.from_array(numpy.array(value, dtype=dtype), name)
-
-    nodes = [
-        helper.make_node("Mul", ["x", "x"], ["out_mul_0"]),
-        helper.make_node("Mul", ["out_mul_0", "init"], ["out_mul_0_1"]),
-        helper.make_node("Mul", ["x", "init_1"], ["out_mul_0_2"]),
-        helper.make_node("Add", ["out_mul_0_2", "out_mul_0_1"], ["out_add_0"]),
-        helper.make_node("Slice", ["out_add_0", "init_2", "init_3", "init_2"], ["out_sli_0"]),
-        helper.make_node("Squeeze", ["out_sli_0", "init_2"], ["out_squ_0"]),
-        helper.make_node("Slice", ["out_add_0", "init_5", "init_2", "init_2"], ["out_sli_0_1"]),
-        helper.make_node("Squeeze", ["out_sli_0_1", "init_2"], ["out_squ_0_1"]),
-        helper.make_node("Add", ["out_squ_0_1", "out_squ_0"], ["out_add_0_1"]),
-        helper.make_node("Add", ["out_add_0_1", "init_b10"], ["out_add_0_2"]),
-        helper.make_node("Reshape", ["out_add_0_2", "init_b11"], ["y"]),
-    ]
-    initializers = [
-        const("init", [[0.5, -0.33333]]),
-        const("init_1", [[-2, 3]]),
-        const("init_2", [1], numpy.int64),
-        const("init_3", [2], numpy.int64),
-        const("init_5", [0], numpy.int64),
-        const("init_b10", [-1]),
-        const("init_b11", [-1, 1], numpy.int64),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "fct",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])],
-        initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8
-    return model
 
 
 _fct_session = InferenceSession(fct_onnx().SerializeToString(), providers=["CPUExecutionProvider"])

@@ -309,6 +309,36 @@ class BaseTrainer(BaseEstimator):
         feeds = {"expected": Y, "predicted": predicted, "loss_scale": scale, "grad_scale": scale}
         return float(loss.run(["loss"], feeds)[0])
 
+    def losses(self, X, y) -> np.ndarray:
+        """Each sample's loss under the trained weights, through the trainer's loss.
+
+        Parameters
+        ----------
+        X : array-like (n, features)
+        y : array-like, as for :meth:`fit`
+
+        Returns
+        -------
+        numpy.ndarray (n,)
+            The loss term of each row summed over its outputs: no mean over rows, no
+            sample weight, no penalty.
+
+        Raises
+        ------
+        OrtBenchError
+            Before fit, or for data fit would refuse.
+        """
+        self._check_fitted()
+        X, Y, _ = self._check_data(X, y, None, fitted_classes=True)
+        if getattr(self, "_samples_session", None) is None:
+            model = self._learning_loss().build_samples_function()
+            self._samples_session = onnxruntime.InferenceSession(
+                model.SerializeToString(), providers=self._providers()
+            )
+        predicted = self._predictions(X)[self.output_name_]
+        feeds = {"expected": Y, "predicted": predicted.reshape(Y.shape)}
+        return self._samples_session.run(None, feeds)[0]
+
     def get_trained_onnx(self) -> onnx.ModelProto:
         """The model as given (linear nodes rewritten) with the trained weights."""
         self._check_fitted()

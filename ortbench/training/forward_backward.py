@@ -334,8 +334,6 @@ class ForwardBackwardTrainer(BaseTrainer):
         return graphs
 
 
-OrtGradientForwardBackwardOptimizer = ForwardBackwardTrainer
-
 
 def _vector(values: list) -> C.OrtValueVector:
     vector = C.OrtValueVector()

@@ -157,5 +157,3 @@ class FullTrainer(BaseTrainer):
     def _graphs(self) -> dict:
         return dict(self._steps.graphs)
 
-
-OrtGradientOptimizer = FullTrainer

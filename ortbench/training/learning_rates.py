@@ -77,7 +77,8 @@ class BaseLearningRate(BaseEstimator):
             An object (returned as it is), a float (the seed's default schedule,
             ``LearningRateSGD(eta0=value, learning_rate='invscaling')``), a name:
             ``'SGD'`` or ``'LearningRateSGD'``, ``'Nesterov'``, ``'SGDNesterov'`` or
-            ``'LearningRateSGDNesterov'``, or None (``LearningRateSGD()``).
+            ``'LearningRateSGDNesterov'`` (with the seed's schedule too, 'invscaling',
+            unless ``kwargs`` says otherwise), or None (``LearningRateSGD()``).
         **kwargs
             Parameters of the class a name selects.
 
@@ -98,7 +99,7 @@ class BaseLearningRate(BaseEstimator):
             return LearningRateSGD(eta0=float(learning_rate), learning_rate="invscaling")
         for klass, names in _NAMES.items():
             if learning_rate in names:
-                return klass(**kwargs)
+                return klass(**{"learning_rate": "invscaling", **kwargs})
         known = sorted(n for names in _NAMES.values() for n in names)
         raise OrtBenchError(
             f"unknown learning rate {learning_rate!r}: give a float, a BaseLearningRate or "

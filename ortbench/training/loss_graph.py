@@ -106,7 +106,10 @@ def add_loss_output(
             shares = weight_shares_nodes(b, b.input(weight_name, shape[:1]))
         terms = [reduced_loss_nodes(loss, b, label, predicted, shares)]
     for name, (l1, l2) in penalty.items():
-        terms.append(ElasticLearningPenalty(l1=l1, l2=l2).penalty_nodes(b, name))
+        term = ElasticLearningPenalty(l1=l1, l2=l2).penalty_nodes(b, name)
+        if convention == "seed":  # same shape as the loss: no broadcast to differentiate
+            term = b.op("Reshape", term, b.const([1, 1], np.int64))
+        terms.append(term)
     b.add_all(terms, name=loss_name)
 
     graph.input.extend(b.inputs)

@@ -186,13 +186,15 @@ class _SeedBehaviour:
 
     def _prepare_model(self) -> None:
         super()._prepare_model()
+        self._epochs = 0
+        if self.warm_start:
+            return  # a first fit with warm_start starts from the model's weights
         drawn = {}
         for init in self.model_.graph.initializer:
             if init.name in self.weights_:
                 drawn[init.name] = np.random.randn(*init.dims).astype(np.float32)
         self.model_ = set_initializers(self.model_, drawn)
         self._train_model = set_initializers(self._train_model, drawn)
-        self._epochs = 0
 
     def _run_epoch(self, batches) -> float:
         loss = super()._run_epoch(batches)
@@ -367,7 +369,8 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
     enable_logging : bool
         Log one line per epoch (loss, learning rate) to the ``ortbench.seed`` logger.
     weight_name : str, optional
-        Set it to train with ``fit(sample_weight=...)``, as the seed required.
+        Kept for the seed's signature: the loss graph always takes the sample weights
+        ``fit`` is given (the seed built a weighted loss graph only when it was set).
     learning_penalty : str, BaseLearningPenalty or None
         See :meth:`BaseLearningPenalty.select`.
     exc : bool
@@ -421,10 +424,7 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
         super()._check_params()
 
     def _check_weight_input(self, sample_weight) -> None:
-        if sample_weight is not None and self.weight_name is None:
-            raise OrtBenchError(
-                "sample_weight needs weight_name (e.g. weight_name='weight'), as in the seed"
-            )
+        """The loss graph always takes sample weights: nothing to check."""
 
     @property
     def trained_coef_(self) -> dict[str, onnxruntime.OrtValue]:
