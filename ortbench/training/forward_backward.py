@@ -334,7 +334,6 @@ class ForwardBackwardTrainer(BaseTrainer):
         return graphs
 
 
-
 def _vector(values: list) -> C.OrtValueVector:
     vector = C.OrtValueVector()
     for value in values:

@@ -156,4 +156,3 @@ class FullTrainer(BaseTrainer):
 
     def _graphs(self) -> dict:
         return dict(self._steps.graphs)
-
