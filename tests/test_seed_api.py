@@ -33,6 +33,7 @@ from ortbench.training import (
     SquareLearningLoss,
     add_loss_output,
     onnx_derivative,
+    trainable_initializers,
 )
 from ortbench.training.graph_tools import select_outputs
 
@@ -515,3 +516,9 @@ def test_partial_training_example_trains(monkeypatch):
     losses = done["losses"]
     assert len(losses) == 30 and np.mean(losses[-5:]) < losses[0]
     assert np.abs(done["state_tensors"]["coef"]).sum() < np.abs(done["lr"].coef_).sum()
+
+
+def test_forward_backward_chooses_the_weights_when_created(mlp_onnx):
+    model = OrtGradientForwardBackwardOptimizer(mlp_onnx)
+    assert model.weights_to_train == trainable_initializers(mlp_onnx)
+    assert "weights_to_train=\"['coeffici...\"" in repr(model)

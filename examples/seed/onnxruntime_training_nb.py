@@ -10,22 +10,28 @@ The code blocks are the tutorial's, in its order, with these changes:
   ``fct`` runs it;
 - ``onnx_rename_names`` (mlprodict) only renamed intermediate results: left out;
 - the notebook's magics (``%onnxview``, ``%timeit``), plots and the profiling section
-  (pyquickhelper) are left out.
+  (pyquickhelper) are left out; the loss curves stay as DataFrames;
+- ``save_onnx_graph`` writes ortbench's graphs (their names differ from the seed's).
 
 ``SEED_MAX_ITER`` (environment) shortens the trainings for CI.
 """
 
 import os
 import pprint
+import warnings
 
 import numpy
 import pandas
 from onnx.printer import to_text as onnx_simple_text_plot
 from onnxruntime import InferenceSession
 from seed_models import fct_onnx
+from skl2onnx import to_onnx
+from sklearn.datasets import make_regression
+from sklearn.model_selection import train_test_split
+from sklearn.neural_network import MLPRegressor
 
-from ortbench.training import DerivativeOptions, onnx_derivative
-from ortbench.training.graph_tools import select_outputs
+from ortbench.training import DerivativeOptions, LearningRateSGDNesterov, onnx_derivative
+from ortbench.training.graph_tools import onnx_rename_weights, select_outputs
 from ortbench.training.seed import (
     OrtGradientForwardBackwardOptimizer,
     OrtGradientOptimizer,
@@ -111,3 +117,70 @@ print(onnx_simple_text_plot(trained_onx))
 oinf = InferenceSession(trained_onx.SerializeToString(), providers=["CPUExecutionProvider"])
 print(oinf.run(None, {"x": X})[0][:5])
 print(y[:5])
+
+# MLPregressor
+
+X, y = make_regression(1000, n_features=100, bias=2)
+X = X.astype(numpy.float32)
+y = y.astype(numpy.float32)
+X_train, X_test, y_train, y_test = train_test_split(X, y)
+batch_size = 15
+max_iter = MAX_ITER
+
+nn = MLPRegressor(
+    hidden_layer_sizes=(50, 10),
+    max_iter=max_iter,
+    solver="sgd",
+    learning_rate_init=5e-5,
+    n_iter_no_change=max_iter * 3,
+    batch_size=batch_size,
+    learning_rate="invscaling",
+    # default values
+    momentum=0.9,
+    nesterovs_momentum=True,
+    power_t=0.5,
+)
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    nn.fit(X_train, y_train)
+
+# Conversion to ONNX
+
+onx = to_onnx(nn, X_train[:1].astype(numpy.float32), target_opset=15)
+onx = onnx_rename_weights(onx)
+train_session = OrtGradientForwardBackwardOptimizer(
+    onx,
+    device="cpu",
+    learning_rate=5e-5,
+    warm_start=False,
+    max_iter=max_iter,
+    batch_size=batch_size,
+)
+print(train_session.fit(X_train, y_train))
+
+mlp_losses = pandas.DataFrame(dict(skl_loss=nn.loss_curve_, ort_loss=train_session.train_losses_))
+
+# Not exactly the same: Nesterov?
+
+train_session2 = OrtGradientForwardBackwardOptimizer(
+    onx,
+    device="cpu",
+    warm_start=False,
+    max_iter=max_iter,
+    batch_size=batch_size,
+    learning_rate=LearningRateSGDNesterov(1e-5, nesterov=True, momentum=0.9),
+)
+print(train_session2.fit(X_train, y_train))
+
+mlp_losses = pandas.DataFrame(
+    dict(
+        skl_loss=nn.loss_curve_,
+        ort_loss=train_session.train_losses_,
+        ort_loss2=train_session2.train_losses_,
+    )
+)
+
+if not os.path.exists("mlp_onnx_ort"):
+    os.mkdir("mlp_onnx_ort")
+print(train_session2.save_onnx_graph("mlp_onnx_ort"))

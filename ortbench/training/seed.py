@@ -39,7 +39,13 @@ from .derivative import DerivativeOptions, onnx_derivative
 from .errors import ConvergenceError, OrtBenchError
 from .forward_backward import ForwardBackwardTrainer
 from .full import FullTrainer
-from .graph_tools import load_model, select_outputs, set_initializers
+from .graph_tools import (
+    check_weight_names,
+    load_model,
+    rewrite_linear_nodes,
+    select_outputs,
+    set_initializers,
+)
 from .learning_rates import BaseLearningRate
 from .losses import BaseLearningLoss, SquareLearningLoss
 from .penalties import BaseLearningPenalty
@@ -344,7 +350,8 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
     model_onnx : onnx.ModelProto
         The model (no loss in it).
     weights_to_train : list of str, optional
-        The initializers to train; None for every float initializer that is a parameter.
+        The initializers to train; None chooses them when the object is created: every
+        float initializer that is a parameter (see :func:`trainable_initializers`).
     loss_output_name : str
         Kept for the seed's signature (the loss is not part of the model here).
     max_iter : int
@@ -398,6 +405,8 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
         learning_penalty=None,
         exc=True,
     ):
+        if weights_to_train is None:
+            weights_to_train = check_weight_names(rewrite_linear_nodes(model_onnx), None)
         self.model_onnx = model_onnx
         self.weights_to_train = weights_to_train
         self.loss_output_name = loss_output_name
