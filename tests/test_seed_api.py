@@ -521,4 +521,18 @@ def test_partial_training_example_trains(monkeypatch):
 def test_forward_backward_chooses_the_weights_when_created(mlp_onnx):
     model = OrtGradientForwardBackwardOptimizer(mlp_onnx)
     assert model.weights_to_train == trainable_initializers(mlp_onnx)
-    assert "weights_to_train=\"['coeffici...\"" in repr(model)
+    assert 'weights_to_train="[\'coeffici..."' in repr(model)
+
+
+def test_the_seed_class_trains_as_the_trainer_when_told_to(linear):
+    """docs/seed_api.md: scikit-learn's loss, a constant rate and warm_start make the
+    seed's class follow ForwardBackwardTrainer's defaults."""
+    onx, X, y = linear
+    seed = _fwbw(onx, X, learning_rate=LearningRateSGD(), learning_loss=SquareLearningLoss()).fit(
+        X, y
+    )
+    trainer = ForwardBackwardTrainer(onx, ["coef", "intercept"], batch_size=len(X), max_iter=3)
+    trainer.fit(X, y)
+    np.testing.assert_allclose(seed.train_losses_, trainer.train_losses_, rtol=1e-5)
+    for name, value in trainer.get_state().items():
+        np.testing.assert_allclose(seed.get_state()[name], value, rtol=1e-5)
