@@ -1,5 +1,7 @@
 """The one exception ortbench raises for a user's mistake."""
 
+from sklearn.exceptions import NotFittedError
+
 
 class OrtBenchError(ValueError):
     """A bad input or a failed run, explained in one line.
@@ -14,3 +16,8 @@ class ConvergenceError(OrtBenchError):
 
     The trainer's weights are those from before that epoch.
     """
+
+
+class NotFittedTrainerError(OrtBenchError, NotFittedError):
+    """A trainer used before its first fit: an :class:`OrtBenchError` that scikit-learn's
+    tooling recognises as its own ``NotFittedError``."""

@@ -202,8 +202,8 @@ class _SeedBehaviour:
         self.model_ = set_initializers(self.model_, drawn)
         self._train_model = set_initializers(self._train_model, drawn)
 
-    def _run_epoch(self, batches) -> float:
-        loss = super()._run_epoch(batches)
+    def _run_epoch(self, loader) -> float:
+        loss = super()._run_epoch(loader)
         self._epochs += 1
         if self.enable_logging:
             LOGGER.info(
@@ -216,15 +216,11 @@ class _SeedBehaviour:
             )
         return loss
 
-    def _set_learning_rate(self, value: float) -> None:
+    def _step_rate(self, epoch: int) -> float:
         # the seed's schedules count epochs: t is the index of the epoch just finished
-        if getattr(self, "_epochs", 0):
-            value = self.learning_rate_.update_learning_rate(self._epochs - 1)
-        super()._set_learning_rate(self._step_rate(value))
-
-    def _step_rate(self, value: float) -> float:
-        """The rate the optimizer steps with, for the schedule's ``value``."""
-        return value
+        if epoch:
+            self.learning_rate_.update_learning_rate(self._epochs - 1)
+        return self.learning_rate_.value
 
 
 class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
@@ -337,8 +333,8 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
             with open(f"{self.saved_gradient}.training.onnx", "wb") as f:
                 f.write(training if isinstance(training, bytes) else training.SerializeToString())
 
-    def _step_rate(self, value: float) -> float:
-        return value / self.batch_size
+    def _step_rate(self, epoch: int) -> float:
+        return super()._step_rate(epoch) / self.batch_size
 
 
 class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer):
