@@ -9,6 +9,7 @@ import runpy
 import warnings
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
@@ -30,6 +31,7 @@ from ortbench.training import (
     NoLearningPenalty,
     OrtBenchError,
     OrtGradientForwardBackwardOptimizer,
+    OrtGradientOptimizer,
     SquareLearningLoss,
     add_loss_output,
     onnx_derivative,
@@ -536,3 +538,78 @@ def test_the_seed_class_trains_as_the_trainer_when_told_to(linear):
     np.testing.assert_allclose(seed.train_losses_, trainer.train_losses_, rtol=1e-5)
     for name, value in trainer.get_state().items():
         np.testing.assert_allclose(seed.get_state()[name], value, rtol=1e-5)
+
+
+# -- OrtGradientOptimizer ------------------------------------------------------------------
+
+
+def _full(onx, X, **kwargs):
+    params = dict(batch_size=len(X), max_iter=3, warm_start=True)
+    params.update(kwargs)
+    return OrtGradientOptimizer(onx, ["coef", "intercept"], **params)
+
+
+def test_the_tutorials_full_training_repr():
+    onx = add_loss_output(MODELS["fct_onnx"]())
+    model = OrtGradientOptimizer(
+        onx, ["init", "init_1", "init_b10"], learning_rate=1e-1, batch_size=5, max_iter=100
+    )
+    assert repr(model) == (
+        "OrtGradientOptimizer(model_onnx='ir_version...', "
+        "weights_to_train=['init', 'init_1', 'init_b10'], loss_output_name='loss', "
+        "max_iter=100, training_optimizer_name='SGDOptimizer', batch_size=5, "
+        "learning_rate=LearningRateSGD(eta0=0.1, alpha=0.0001, power_t=0.25, "
+        "learning_rate='invscaling'), device='cpu', warm_start=False, verbose=0, "
+        "validation_every=10, saved_gradient=None, sample_weight_name='weight')"
+    )
+
+
+def test_full_class_steps_with_the_rate_divided_by_the_batch_size(linear):
+    """The seed fed the optimizer learning_rate / batch_size (its loss was a sum): with a
+    mean loss in the model the step is that much smaller."""
+    onx, X, y = linear
+    model = _full(add_loss_output(onx), X, learning_rate=0.5, max_iter=4).fit(X, y)
+    rates = [r / len(X) for r in _seed_rates(0.5, 4)]
+    coef, intercept = _gd(X, y, rates, lambda d: d)
+    np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
+    np.testing.assert_allclose(model.get_state()["intercept"], intercept, rtol=1e-4)
+
+
+def test_saved_gradient_writes_the_gradient_and_training_graphs(linear, tmp_path):
+    onx, X, y = linear
+    path = str(tmp_path / "gradient.onnx")
+    _full(add_loss_output(onx), X, saved_gradient=path, max_iter=1).fit(X, y)
+    session = onnxruntime.InferenceSession(path)
+    feeds = {"X": X, "label": y.reshape(-1, 1), "coef": COEF, "intercept": INTERCEPT}
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    d = _predict(X, COEF, INTERCEPT) - y
+    np.testing.assert_allclose(outputs["coef_grad"].ravel(), X.T @ d / len(X), rtol=1e-4)
+    np.testing.assert_allclose(outputs["intercept_grad"], [d.mean()], rtol=1e-4)
+    np.testing.assert_allclose(outputs["loss"], 0.5 * (d**2).mean(), rtol=1e-5)
+    training = onnx.load(path + ".training.onnx")
+    assert {"coef", "intercept"} <= {i.name for i in training.graph.input} | {
+        i.name for i in training.graph.initializer
+    }
+
+
+def test_sample_weight_name_feeds_the_models_weight_input(linear):
+    onx, X, y = linear
+    half = len(X) // 2
+    with pytest.raises(OrtBenchError, match="sample_weight_name"):
+        _full(add_loss_output(onx), X).fit(X, y, np.ones(len(X)))
+    weighted = add_loss_output(onx, weight_name="w")
+    with pytest.raises(OrtBenchError, match="'weight'"):
+        _full(weighted, X).fit(X, y, np.ones(len(X)))
+    w = np.r_[np.ones(half), np.zeros(len(X) - half)].astype(np.float32)
+    both = _full(weighted, X, sample_weight_name="w").fit(X, y, w)
+    first = _full(weighted, X, sample_weight_name="w").fit(X[:half], y[:half])
+    for name, value in first.get_state().items():
+        np.testing.assert_allclose(both.get_state()[name], value, rtol=1e-5)
+
+
+def test_full_class_needs_a_loss_in_the_model(linear):
+    onx, X, y = linear
+    with pytest.raises(OrtBenchError, match="add_loss_output"):
+        _full(onx, X).fit(X, y)
+    with pytest.raises(OrtBenchError, match="SGDOptimizer"):
+        _full(add_loss_output(onx), X, training_optimizer_name="Adam").fit(X, y)
