@@ -613,3 +613,12 @@ def test_full_class_needs_a_loss_in_the_model(linear):
         _full(onx, X).fit(X, y)
     with pytest.raises(OrtBenchError, match="SGDOptimizer"):
         _full(add_loss_output(onx), X, training_optimizer_name="Adam").fit(X, y)
+
+
+def test_warm_start_continues_the_seeds_schedule(linear):
+    onx, X, y = linear
+    once = _fwbw(onx, X, learning_rate=0.05, max_iter=4).fit(X, y)
+    twice = _fwbw(onx, X, learning_rate=0.05, max_iter=2).fit(X, y).fit(X, y)
+    np.testing.assert_allclose(twice.train_losses_, once.train_losses_, rtol=1e-5)
+    for name, value in once.get_state().items():
+        np.testing.assert_allclose(twice.get_state()[name], value, rtol=1e-5)

@@ -192,7 +192,6 @@ class _SeedBehaviour:
 
     def _prepare_model(self) -> None:
         super()._prepare_model()
-        self._epochs = 0
         if self.warm_start:
             return  # a first fit with warm_start starts from the model's weights
         drawn = {}
@@ -204,12 +203,11 @@ class _SeedBehaviour:
 
     def _run_epoch(self, loader) -> float:
         loss = super()._run_epoch(loader)
-        self._epochs += 1
         if self.enable_logging:
             LOGGER.info(
                 "[%s] epoch %d/%d loss=%g lr=%g",
                 type(self).__name__,
-                self._epochs,
+                len(self.train_losses_) + 1,
                 self.max_iter,
                 loss,
                 self.learning_rate_.value,
@@ -219,7 +217,7 @@ class _SeedBehaviour:
     def _step_rate(self, epoch: int) -> float:
         # the seed's schedules count epochs: t is the index of the epoch just finished
         if epoch:
-            self.learning_rate_.update_learning_rate(self._epochs - 1)
+            self.learning_rate_.update_learning_rate(len(self.train_losses_) - 1)
         return self.learning_rate_.value
 
 
