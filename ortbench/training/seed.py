@@ -177,7 +177,6 @@ class _SeedBehaviour:
             a ConvergenceWarning is emitted and training stops with the weights from
             before that epoch).
         """
-        self._check_weight_input(sample_weight)
         try:
             super().fit(X, y, sample_weight, X_val, y_val, sample_weight_val)
         except ConvergenceError as e:
@@ -186,9 +185,6 @@ class _SeedBehaviour:
             warnings.warn(str(e), ConvergenceWarning, stacklevel=2)
             self.n_iter_ = len(self.train_losses_)
         return self
-
-    def _check_weight_input(self, sample_weight) -> None:
-        raise NotImplementedError
 
     def _prepare_model(self) -> None:
         super()._prepare_model()
@@ -302,15 +298,34 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
             )
         super()._check_params()
 
-    def _check_weight_input(self, sample_weight) -> None:
-        if sample_weight is None:
-            return
-        inputs = [i.name for i in load_model(self.model_onnx).graph.input]
-        if self.sample_weight_name not in inputs:
-            raise OrtBenchError(
-                f"sample_weight needs a model input named {self.sample_weight_name!r} "
-                f"(sample_weight_name): add one with add_loss_output(..., weight_name=...)"
-            )
+    def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
+        """Train as the seed's class did; see :class:`OrtGradientForwardBackwardOptimizer`'s
+        ``fit`` for the parameters.
+
+        Parameters
+        ----------
+        X, y, sample_weight, X_val, y_val, sample_weight_val
+            As for :meth:`FullTrainer.fit`; ``sample_weight`` is fed to the model's input
+            ``sample_weight_name``.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        OrtBenchError
+            When ``sample_weight`` is given and the model has no input
+            ``sample_weight_name``, and as :meth:`FullTrainer.fit`.
+        """
+        if sample_weight is not None:
+            inputs = [i.name for i in load_model(self.model_onnx).graph.input]
+            if self.sample_weight_name not in inputs:
+                raise OrtBenchError(
+                    f"sample_weight needs a model input named {self.sample_weight_name!r} "
+                    f"(sample_weight_name): add one with add_loss_output(..., weight_name=...)"
+                )
+        return super().fit(X, y, sample_weight, X_val, y_val, sample_weight_val)
 
     def _prepare_model(self) -> None:
         super()._prepare_model()
@@ -425,9 +440,6 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
                 f"{self.training_optimizer_name!r}"
             )
         super()._check_params()
-
-    def _check_weight_input(self, sample_weight) -> None:
-        """The loss graph always takes sample weights: nothing to check."""
 
     @property
     def trained_coef_(self) -> dict[str, onnxruntime.OrtValue]:
