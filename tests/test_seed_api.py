@@ -13,6 +13,7 @@ import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import SGDRegressor
 
@@ -622,3 +623,13 @@ def test_warm_start_continues_the_seeds_schedule(linear):
     np.testing.assert_allclose(twice.train_losses_, once.train_losses_, rtol=1e-5)
     for name, value in once.get_state().items():
         np.testing.assert_allclose(twice.get_state()[name], value, rtol=1e-5)
+
+
+def test_seed_classes_clone(linear):
+    onx, X, y = linear
+    model = _fwbw(onx, X, learning_rate=0.05, validation_every=0.5, max_iter=10)
+    copy = clone(model)
+    assert repr(copy) == repr(model) and copy.validation_every == 5
+    np.testing.assert_allclose(
+        copy.fit(X, y).get_state()["coef"], model.fit(X, y).get_state()["coef"], rtol=1e-6
+    )
