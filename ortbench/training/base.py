@@ -23,6 +23,8 @@ from .derivative import choose_backend
 from .errors import OrtBenchError
 from .graph_tools import (
     check_weight_names,
+    classifier_output,
+    data_input,
     drop_noop_reshapes,
     get_initializers,
     rewrite_linear_nodes,
@@ -32,7 +34,7 @@ from .graph_tools import (
     weights_as_inputs,
 )
 from .learning_rates import BaseLearningRate, LearningRateSGD
-from .losses import BaseLearningLoss
+from .losses import BaseLearningLoss, NegLogLearningLoss, SquareLearningLoss
 from .runtime import (
     check_device,
     providers,
@@ -52,7 +54,9 @@ ONE_THREAD_WORK = 2**24
 class BaseTrainer(BaseEstimator):
     """Shared estimator API: fit, predict, score, state and export."""
 
-    def _learning_loss(self) -> BaseLearningLoss:
+    def _learning_loss(self) -> BaseLearningLoss | None:
+        """The loss the user chose (checked), or None for the default: the log loss for a
+        classifier graph, the squared error otherwise."""
         raise NotImplementedError
 
     def _build(self) -> None:
@@ -208,15 +212,50 @@ class BaseTrainer(BaseEstimator):
     # -- model and data ------------------------------------------------------------------
 
     def _prepare_model(self) -> None:
-        """Load the model and decide what to train through."""
+        """Load the model and decide what to train through, with which loss."""
         model = rewrite_linear_nodes(self.model_onnx)
-        self.model_ = model
         self.weights_ = check_weight_names(model, self.weights_to_train)
-        data_inputs = [i for i in model.graph.input if i.name not in self.weights_]
-        self._input = data_inputs[0]
+        model, self._input = data_input(model, self.weights_, self._loss_outputs(model))
+        self.model_ = model
         self.output_name_ = training_output(model)
+        self._proba_name = None
+        self._label_columns = None
+        loss = self._learning_loss()
+        classifier = classifier_output(model)
+        if loss is None:
+            loss = NegLogLearningLoss() if classifier else SquareLearningLoss()
+        if loss.is_classification and classifier is not None:
+            loss = self._classifier_loss(loss, classifier)
+        self.learning_loss_ = loss
         self._train_model = select_outputs(model, [self.output_name_])
-        self.is_classifier_ = self._learning_loss().is_classification
+        self.is_classifier_ = loss.is_classification
+
+    def _loss_outputs(self, model: onnx.ModelProto) -> tuple[str, ...]:
+        """Outputs of the model that are a loss, not a prediction (none here)."""
+        return ()
+
+    def _classifier_loss(self, loss: BaseLearningLoss, classifier) -> BaseLearningLoss:
+        """The log loss on the raw scores behind a classifier's probabilities."""
+        name = classifier.probabilities
+        if classifier.function is None:
+            raise OrtBenchError(
+                f"the classifier's output {name!r} holds decision scores, not probabilities "
+                f"(no Sigmoid or Softmax makes it, as for SGDClassifier(loss='hinge')): the "
+                f"log loss cannot train it; convert a classifier that has predict_proba"
+            )
+        wanted = getattr(loss, "probability_function", None)
+        if wanted is None and isinstance(loss, NegLogLearningLoss):
+            loss = clone(loss).set_params(probability_function=classifier.function)
+        elif wanted != classifier.function:
+            raise OrtBenchError(
+                f"the model turns scores into probabilities with a {classifier.function}, "
+                f"not probability_function={wanted!r}: leave it None or set "
+                f"{classifier.function!r}"
+            )
+        self.output_name_ = classifier.scores
+        self._proba_name = name
+        self._label_columns = classifier.columns
+        return loss
 
     def _static_batch(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """A copy whose inputs and outputs have ``batch_size`` rows (see data.BatchLoader),
@@ -257,13 +296,7 @@ class BaseTrainer(BaseEstimator):
             unknown = np.setdiff1d(y, self.classes_)
             if unknown.size:
                 raise OrtBenchError(f"y has labels {unknown[:5].tolist()} not seen when fitting")
-            width = columns or len(self.classes_)
-            if len(self.classes_) > width:
-                raise OrtBenchError(
-                    f"y has {len(self.classes_)} classes, the model outputs {width}"
-                )
-            Y = np.zeros((len(y), width), dtype=np.float32)
-            Y[np.arange(len(y)), np.searchsorted(self.classes_, y)] = 1
+            Y = self._one_hot(y, self._label_columns or columns or len(self.classes_))
         else:
             if not np.issubdtype(y.dtype, np.number):
                 raise OrtBenchError(f"y must be numeric, got dtype {y.dtype}")
@@ -275,7 +308,10 @@ class BaseTrainer(BaseEstimator):
             if not np.isfinite(Y).all():
                 raise OrtBenchError("y contains NaN or infinity")
             if columns is not None and Y.shape[1] != columns:
-                raise OrtBenchError(f"y has {Y.shape[1]} columns, the model outputs {columns}")
+                raise OrtBenchError(
+                    f"y has {Y.shape[1]} columns, the model outputs {columns}"
+                    + (": class labels train with the log loss" if columns > 1 else "")
+                )
         w = None
         if sample_weight is not None:
             w = np.ascontiguousarray(sample_weight, dtype=np.float32)
@@ -285,6 +321,21 @@ class BaseTrainer(BaseEstimator):
                 raise OrtBenchError("sample_weight must be finite and >= 0")
         return X, Y, w
 
+    def _one_hot(self, y: np.ndarray, width: int) -> np.ndarray:
+        """Float labels of the trained output's width: one column per class, or the
+        positive class alone when the model scores a binary problem with one column."""
+        n_classes = len(self.classes_)
+        if n_classes < 2:
+            raise OrtBenchError(f"y has one class ({self.classes_[0]!r}): a classifier needs two")
+        index = np.searchsorted(self.classes_, y)
+        if width == 1 and n_classes == 2:
+            return np.ascontiguousarray(index.reshape(-1, 1), dtype=np.float32)
+        if n_classes > width:
+            raise OrtBenchError(f"y has {n_classes} classes, the model outputs {width}")
+        Y = np.zeros((len(y), width), dtype=np.float32)
+        Y[np.arange(len(y)), index] = 1
+        return Y
+
     # -- evaluation ----------------------------------------------------------------------
 
     def _validation_loss(self, X, Y, w) -> float:
@@ -292,7 +343,7 @@ class BaseTrainer(BaseEstimator):
         if getattr(self, "_val_sessions", None) is None:
             options = self._session_options("validation")
             forward = weights_as_inputs(self._train_model, self.weights_)
-            loss = self._learning_loss().build_onnx_function()
+            loss = self.learning_loss_.build_onnx_function()
             self._val_sessions = (
                 onnxruntime.InferenceSession(
                     forward.SerializeToString(), options, providers=self._providers()
@@ -330,15 +381,17 @@ class BaseTrainer(BaseEstimator):
     def _predictions(self, X) -> dict[str, np.ndarray]:
         self._check_fitted()
         X = _as_float_matrix(X, "X")
+        n_features = _declared_features(self._input)
+        if n_features is not None and X.shape[1] != n_features:
+            raise OrtBenchError(f"X has {X.shape[1]} features, the model expects {n_features}")
         if getattr(self, "_predictor", None) is None:
             model = self._prediction_model()
-            if self.output_name_ not in [o.name for o in model.graph.output]:
-                # trained through a tensor behind ZipMap: expose it too
-                model.graph.output.append(
-                    onnx.helper.make_tensor_value_info(
-                        self.output_name_, onnx.TensorProto.FLOAT, None
+            for name in (self.output_name_, self._proba_name):
+                if name and name not in [o.name for o in model.graph.output]:
+                    # trained through a tensor behind ZipMap or a Sigmoid: expose it too
+                    model.graph.output.append(
+                        onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
                     )
-                )
             self._predictor = onnxruntime.InferenceSession(
                 model.SerializeToString(), providers=self._providers()
             )
@@ -352,7 +405,7 @@ class BaseTrainer(BaseEstimator):
         """Predictions: labels for classifiers, the trained output for regressors."""
         outputs = self._predictions(X)
         if self.is_classifier_:
-            proba = outputs[self.output_name_]
+            proba = self._probabilities(outputs)
             return self.classes_[np.argmax(proba[:, : len(self.classes_)], axis=1)]
         predicted = outputs[self.output_name_]
         return predicted.ravel() if self._y_1d and predicted.shape[1] == 1 else predicted
@@ -361,7 +414,10 @@ class BaseTrainer(BaseEstimator):
         """Class probabilities (classifiers only)."""
         if not self.is_classifier_:
             raise OrtBenchError("predict_proba needs a classifier (a log loss)")
-        return self._predictions(X)[self.output_name_]
+        return self._probabilities(self._predictions(X))
+
+    def _probabilities(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
+        return outputs[self._proba_name or self.output_name_]
 
     def score(self, X, y, sample_weight=None) -> float:
         """Accuracy for classifiers, R² for regressors, as scikit-learn defines them."""

@@ -29,7 +29,7 @@ from .errors import OrtBenchError
 from .graph_tools import bias_names, get_initializers, weights_as_inputs
 from .iobinding import CachedBinding, make_session
 from .learning_rates import BaseLearningRate, LearningRateAdamW
-from .losses import BaseLearningLoss, SquareLearningLoss
+from .losses import BaseLearningLoss
 from .penalties import BaseLearningPenalty, NoLearningPenalty
 from .portable import split_forward_backward
 from .runtime import cpu_scalar, ort_device
@@ -40,7 +40,7 @@ class ForwardBackwardTrainer(BaseTrainer):
     """Train an ONNX model with TrainingAgent's forward/backward and ONNX update graphs.
 
     Parameters follow scikit-learn's conventions: ``learning_loss`` (default
-    :class:`SquareLearningLoss`), ``learning_penalty`` (default none) and
+    :class:`NegLogLearningLoss` for a classifier graph, else :class:`SquareLearningLoss`), ``learning_penalty`` (default none) and
     ``learning_rate`` (default ``LearningRateSGD()``; ``LearningRateSGDNesterov`` for
     momentum) are estimator-like objects, tunable by GridSearchCV as
     ``learning_rate__eta0``.
@@ -80,11 +80,27 @@ class ForwardBackwardTrainer(BaseTrainer):
         self.intra_op_threads = intra_op_threads
         self.backend = backend
 
-    def _learning_loss(self) -> BaseLearningLoss:
-        return self.learning_loss or SquareLearningLoss()
+    def _learning_loss(self) -> BaseLearningLoss | None:
+        loss = self.learning_loss
+        if loss is not None and not isinstance(loss, BaseLearningLoss):
+            raise OrtBenchError(
+                f"learning_loss must be a BaseLearningLoss object such as "
+                f"NegLogLearningLoss(), got {type(loss).__name__} {loss!r}"
+            )
+        if loss is not None:
+            loss.check()
+        return loss
 
     def _penalty(self) -> BaseLearningPenalty:
-        return self.learning_penalty or NoLearningPenalty()
+        penalty = self.learning_penalty
+        if penalty is not None and not isinstance(penalty, BaseLearningPenalty):
+            raise OrtBenchError(
+                f"learning_penalty must be a BaseLearningPenalty object such as "
+                f"ElasticLearningPenalty(l1=0, l2=1e-4), got {type(penalty).__name__} {penalty!r}"
+            )
+        penalty = penalty or NoLearningPenalty()
+        penalty.check()
+        return penalty
 
     # -- graphs and sessions, once per model ----------------------------------------------
 
@@ -103,7 +119,7 @@ class ForwardBackwardTrainer(BaseTrainer):
         biases = bias_names(self._train_model, self.weights_)
         buffers = WeightBuffers(initial, rate.n_states, device, biases)
         self._weights = buffers
-        self._loss_model = self._learning_loss().build_onnx_function()
+        self._loss_model = self.learning_loss_.build_onnx_function()
         self._loss_session = make_session(
             self._loss_model.SerializeToString(), self._session_options("loss"), providers
         )

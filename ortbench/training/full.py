@@ -25,7 +25,8 @@ class FullTrainer(BaseTrainer):
     """Train an ONNX model whose loss onnxruntime differentiates and whose update it runs.
 
     ``loss`` is one of 'squared_error', 'absolute_error', 'elastic' or 'log' (see
-    :func:`add_loss_output`); ``penalty={'coef': {'l1': a, 'l2': b}}`` regularises named
+    :func:`add_loss_output`), or a loss object; None (the default) is 'log' for a
+    classifier graph and 'squared_error' otherwise; ``penalty={'coef': {'l1': a, 'l2': b}}`` regularises named
     weights. ``learning_rate`` is ``LearningRateSGD`` (default) or ``LearningRateAdamW``
     (the runtime's on-device optimizers), and also ``LearningRateSGDNesterov`` with
     ``backend='portable'``. A model that already outputs ``loss_output_name`` is trained
@@ -36,7 +37,7 @@ class FullTrainer(BaseTrainer):
         self,
         model_onnx=None,
         weights_to_train: list[str] | None = None,
-        loss: str = "squared_error",
+        loss: str | None = None,
         penalty: dict | None = None,
         learning_rate: BaseLearningRate | None = None,
         batch_size: int = 10,
@@ -68,8 +69,12 @@ class FullTrainer(BaseTrainer):
         self.loss_output_name = loss_output_name
         self.backend = backend
 
-    def _learning_loss(self) -> BaseLearningLoss:
-        return loss_from_name(self.loss)
+    def _learning_loss(self) -> BaseLearningLoss | None:
+        return None if self.loss is None else loss_from_name(self.loss)
+
+    def _loss_outputs(self, model) -> tuple[str, ...]:
+        outputs = [o.name for o in model.graph.output]
+        return (self.loss_output_name,) if self.loss_output_name in outputs else ()
 
     def _prepare_model(self) -> None:
         super()._prepare_model()
@@ -95,7 +100,7 @@ class FullTrainer(BaseTrainer):
         else:
             with_loss = add_loss_output(
                 self._train_model,
-                score_name=self.loss,
+                score_name=self.learning_loss_,
                 loss_name=self.loss_output_name,
                 scale_name="loss_scale",
                 penalty=self.penalty,
