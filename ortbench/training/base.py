@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 import onnx
@@ -82,6 +83,45 @@ class BaseTrainer(BaseEstimator):
         """Overwrite trained weights by name."""
         raise NotImplementedError
 
+    def _optimizer_state(self) -> list[np.ndarray] | None:
+        """Copies of the optimizer's state tensors (momentum), None when it keeps none."""
+        raise NotImplementedError
+
+    def _set_optimizer_state(self, arrays: list[np.ndarray]) -> None:
+        """Overwrite the optimizer's state tensors with what :meth:`_optimizer_state` gave."""
+        raise NotImplementedError
+
+    # -- pickling ----------------------------------------------------------------------
+
+    #: Private attributes a pickle keeps: every other one (sessions, bindings, buffers)
+    #: is rebuilt on first use from the hyper-parameters and the fitted attributes.
+    _PICKLED_PRIVATE = frozenset(("_sklearn_version", "_y_1d", "_pickled_state"))
+
+    def __getstate__(self) -> dict:
+        """The hyper-parameters, the fitted attributes, and a snapshot of the weights and
+        optimizer state; no onnxruntime object."""
+        state = {
+            k: v
+            for k, v in super().__getstate__().items()
+            if not k.startswith("_") or k in self._PICKLED_PRIVATE
+        }
+        if "_pickled_state" not in state and self._has_trained_state():
+            state["_pickled_state"] = (self.get_state(), self._optimizer_state(), self._built_key)
+        return state
+
+    def _restore_pickled(self) -> None:
+        """Rebuild sessions and buffers of an unpickled trainer around its snapshot."""
+        pickled = self.__dict__.pop("_pickled_state", None)
+        if pickled is None:
+            return
+        weights, optimizer_state, built_key = pickled
+        fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and k[0] != "_"}
+        self._check_params()
+        self._prepare_model()
+        vars(self).update(fitted)
+        self._build_around(weights, optimizer_state)
+        self._built_key = built_key
+
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
         """scikit-learn's repr, with the model summarised instead of printed as protobuf text."""
         model = self.model_onnx
@@ -97,46 +137,58 @@ class BaseTrainer(BaseEstimator):
     # -- fit ---------------------------------------------------------------------------
 
     def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
-        """Train on (X, y); validation data, when given, is scored every ``validation_every``."""
+        """Train on (X, y); validation data, when given, is scored every ``validation_every``.
+
+        With ``warm_start=True`` a fitted trainer continues from its weights and optimizer
+        state. Hyper-parameters changed since (``set_params``) are honoured: the graphs
+        are rebuilt around the weights, and a new learning rate starts its schedule where
+        the previous one was; an optimizer state (momentum) restarts from zero then, with
+        a warning.
+
+        Raises
+        ------
+        OrtBenchError
+            For invalid data or hyper-parameters, or when training diverges (the weights
+            from before the diverging epoch are kept).
+        """
         self._check_params()
-        warm = self.warm_start and hasattr(self, "model_")
-        if not warm:
+        warm = self.warm_start and self._has_trained_state()
+        if warm:
+            self._restore_pickled()
+        rebuild = not warm or self._build_key() != self._built_key
+        if rebuild:
+            state = self.get_state() if warm else None
+            optimizer_state = self._kept_optimizer_state() if warm else None
             self._prepare_model()
         X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=warm)
         val = None
         if X_val is not None:
             val = self._check_data(X_val, y_val, sample_weight_val, fitted_classes=True)
         if not warm:
-            self.learning_rate_ = clone(self.learning_rate or LearningRateSGD())
-            self.learning_rate_.init_learning_rate()
+            self.learning_rate_ = self._new_learning_rate()
             self.t_ = 0
             self.train_losses_ = []
             self.validation_losses_ = []
-        if not warm or self.batch_size != self._built_batch_size:
-            # the graphs have a static batch dimension: a warm start with another batch
-            # size rebuilds them around the weights (an optimizer state restarts at zero)
-            state = self.get_state() if warm else None
-            self._threads = self._choose_threads()
-            quiet_logs()
-            self._build()
-            self._built_batch_size = self.batch_size
-            if state is not None:
-                self.set_state(state)
+        elif repr(self.learning_rate_) != repr(self._new_learning_rate()):
+            # the schedule goes on from the samples seen, at the new hyper-parameters
+            self.learning_rate_ = self._new_learning_rate()
+            if self.t_:
+                self.learning_rate_.update_learning_rate(self.t_)
+        if rebuild:
+            self._build_around(state, optimizer_state)
         self._set_learning_rate(self.learning_rate_.value)
         if w is None:
             w = np.ones(len(X), dtype=np.float32)
-        loader = self._loader_for([X, Y, w], reuse=warm)
+        loader = self._loader_for([X, Y, w], reuse=warm and not rebuild)
         self._predictor = None
         start = time.perf_counter()
+        snapshot = self.get_state()
         for epoch in range(1, self.max_iter + 1):
-            snapshot = self.get_state()
             loss = float(self._run_epoch(loader.epoch()))
-            if not np.isfinite(loss):
-                self.set_state(snapshot)
-                raise OrtBenchError(
-                    f"training diverged at epoch {epoch}: the loss is {loss}; get_state() "
-                    f"holds the weights from before that epoch (lower the learning rate)"
-                )
+            state = self.get_state()
+            if not np.isfinite(loss) or not all(np.isfinite(v).all() for v in state.values()):
+                self._diverged(epoch, loss, snapshot)
+            snapshot = state
             self.train_losses_.append(loss)
             self.t_ += loader.n_samples
             self._set_learning_rate(self.learning_rate_.update_learning_rate(self.t_))
@@ -146,6 +198,66 @@ class BaseTrainer(BaseEstimator):
                 self._report(epoch, loss, time.perf_counter() - start)
         self.n_iter_ = len(self.train_losses_)
         return self
+
+    def _diverged(self, epoch: int, loss: float, snapshot: dict[str, np.ndarray]) -> None:
+        """Restore the weights from before ``epoch`` and raise the divergence error; the
+        optimizer state, no longer finite either, restarts at the next warm start."""
+        self.set_state(snapshot)
+        self._built_key = None
+        what = f"the loss is {loss}" if not np.isfinite(loss) else "its last update left "
+        if np.isfinite(loss):
+            what += "weights that are not finite"
+        raise OrtBenchError(
+            f"training diverged at epoch {epoch}: {what}; get_state() holds the weights "
+            f"from before that epoch (lower the learning rate)"
+        )
+
+    def _new_learning_rate(self) -> BaseLearningRate:
+        rate = clone(self.learning_rate or LearningRateSGD())
+        return rate.init_learning_rate()
+
+    #: Hyper-parameters that do not change the graphs: a warm start keeps them built.
+    _RUN_PARAMS = frozenset(
+        ("model_onnx", "max_iter", "verbose", "warm_start", "validation_every", "random_state")
+    )
+
+    def _build_key(self) -> str:
+        """What the graphs were built for: every other hyper-parameter, as text."""
+        params = self.get_params(deep=True)
+        return repr(sorted((k, repr(v)) for k, v in params.items() if k not in self._RUN_PARAMS))
+
+    def _has_trained_state(self) -> bool:
+        """Whether a previous fit left weights to continue from (fitted or unpickled)."""
+        return hasattr(self, "train_losses_") and (
+            hasattr(self, "_built_key") or hasattr(self, "_pickled_state")
+        )
+
+    def _kept_optimizer_state(self):
+        """The optimizer state a rebuild carries over: None (restart at zero) when the
+        learning rate changed or training diverged."""
+        if self._built_key is None or repr(self.learning_rate_) != repr(self._new_learning_rate()):
+            if self.learning_rate_.n_states:
+                warnings.warn(
+                    f"{type(self).__name__}: the optimizer state (momentum) restarts from "
+                    f"zero with the new hyper-parameters",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            return None
+        return self._optimizer_state()
+
+    def _build_around(self, state, optimizer_state) -> None:
+        """Build the graphs and sessions, then load weights and optimizer state into them."""
+        self._threads = self._choose_threads()
+        quiet_logs()
+        self._build()
+        self._built_key = self._build_key()
+        self._loader = None
+        if state is not None:
+            self.set_state(state)
+        if optimizer_state is not None:
+            self._set_optimizer_state(optimizer_state)
+        self._predictor = None
 
     def _loader_for(self, arrays: list[np.ndarray], reuse: bool) -> BatchLoader:
         """The staged batches: the previous fit's, refilled, when a warm start allows it.
@@ -375,6 +487,7 @@ class BaseTrainer(BaseEstimator):
         return self.get_trained_onnx()
 
     def _check_fitted(self) -> None:
+        self._restore_pickled()
         if not hasattr(self, "train_losses_"):
             raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
 

@@ -337,7 +337,16 @@ class ForwardBackwardTrainer(BaseTrainer):
             self._weights.set(self._parity, name, array)
         self._predictor = None
 
+    def _optimizer_state(self) -> list[np.ndarray] | None:
+        self._check_built()
+        return self._weights.get_states(self._parity) if self._weights.has_state else None
+
+    def _set_optimizer_state(self, arrays: list[np.ndarray]) -> None:
+        self._check_built()
+        self._weights.set_states(self._parity, arrays)
+
     def _check_built(self) -> None:
+        self._restore_pickled()
         if not hasattr(self, "_weights"):
             raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
 

@@ -155,7 +155,16 @@ class FullTrainer(BaseTrainer):
             self._steps.set(name, array)
         self._predictor = None
 
+    def _optimizer_state(self) -> list[np.ndarray] | None:
+        self._check_built()
+        return self._steps.get_optimizer_state()
+
+    def _set_optimizer_state(self, arrays: list[np.ndarray]) -> None:
+        self._check_built()
+        self._steps.set_optimizer_state(arrays)
+
     def _check_built(self) -> None:
+        self._restore_pickled()
         if not hasattr(self, "_steps"):
             raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
 

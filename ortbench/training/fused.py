@@ -143,6 +143,14 @@ class FusedSteps:
     def get_state(self) -> dict[str, np.ndarray]:
         return self._buffers.get(self._parity)
 
+    def get_optimizer_state(self) -> list[np.ndarray] | None:
+        """Copies of the momentum state, None without one."""
+        buffers = self._buffers
+        return buffers.get_states(self._parity) if buffers.has_state else None
+
+    def set_optimizer_state(self, arrays: list[np.ndarray]) -> None:
+        self._buffers.set_states(self._parity, arrays)
+
     def shape(self, name: str) -> tuple:
         return self._buffers.shape(name)
 
