@@ -19,10 +19,11 @@ import onnxruntime
 from sklearn.base import BaseEstimator, clone
 from sklearn.metrics import accuracy_score, r2_score
 
-from .data import BatchLoader
+from .data import BatchLoader, as_float_matrix, check_sample_weight
 from .derivative import choose_backend
 from .errors import OrtBenchError
 from .graph_tools import (
+    check_shapes,
     check_weight_names,
     classifier_output,
     data_input,
@@ -186,7 +187,7 @@ class BaseTrainer(BaseEstimator):
         for epoch in range(1, self.max_iter + 1):
             loss = float(self._run_epoch(loader.epoch()))
             state = self.get_state()
-            if not np.isfinite(loss) or not all(np.isfinite(v).all() for v in state.values()):
+            if not np.isfinite(loss) or not all(map(_moderate, state.values())):
                 self._diverged(epoch, loss, snapshot)
             snapshot = state
             self.train_losses_.append(loss)
@@ -204,9 +205,9 @@ class BaseTrainer(BaseEstimator):
         optimizer state, no longer finite either, restarts at the next warm start."""
         self.set_state(snapshot)
         self._built_key = None
-        what = f"the loss is {loss}" if not np.isfinite(loss) else "its last update left "
+        what = f"the loss is {loss}"
         if np.isfinite(loss):
-            what += "weights that are not finite"
+            what = "its last update left weights whose squares overflow float32"
         raise OrtBenchError(
             f"training diverged at epoch {epoch}: {what}; get_state() holds the weights "
             f"from before that epoch (lower the learning rate)"
@@ -327,9 +328,10 @@ class BaseTrainer(BaseEstimator):
         """Load the model and decide what to train through, with which loss."""
         model = rewrite_linear_nodes(self.model_onnx)
         self.weights_ = check_weight_names(model, self.weights_to_train)
-        model, self._input = data_input(model, self.weights_, self._loss_outputs(model))
+        losses = self._loss_outputs(model)
+        model, self._input = data_input(model, self.weights_, losses)
         self.model_ = model
-        self.output_name_ = training_output(model)
+        self.output_name_ = training_output(model, losses)
         self._proba_name = None
         self._label_columns = None
         loss = self._learning_loss()
@@ -339,6 +341,7 @@ class BaseTrainer(BaseEstimator):
         if loss.is_classification and classifier is not None:
             loss = self._classifier_loss(loss, classifier)
         self.learning_loss_ = loss
+        check_shapes(model, self._input, self.output_name_)
         self._train_model = select_outputs(model, [self.output_name_])
         self.is_classifier_ = loss.is_classification
 
@@ -388,7 +391,7 @@ class BaseTrainer(BaseEstimator):
 
     def _check_data(self, X, y, sample_weight, fitted_classes: bool):
         """Validate and convert X, y and weights; one-hot encode labels for classifiers."""
-        X = _as_float_matrix(X, "X")
+        X = as_float_matrix(X, "X")
         n_features = _declared_features(self._input)
         if n_features is not None and X.shape[1] != n_features:
             raise OrtBenchError(f"X has {X.shape[1]} features, the model expects {n_features}")
@@ -424,13 +427,7 @@ class BaseTrainer(BaseEstimator):
                     f"y has {Y.shape[1]} columns, the model outputs {columns}"
                     + (": class labels train with the log loss" if columns > 1 else "")
                 )
-        w = None
-        if sample_weight is not None:
-            w = np.ascontiguousarray(sample_weight, dtype=np.float32)
-            if w.shape != (len(X),):
-                raise OrtBenchError(f"sample_weight must have shape ({len(X)},), got {w.shape}")
-            if not np.isfinite(w).all() or (w < 0).any():
-                raise OrtBenchError("sample_weight must be finite and >= 0")
+        w = None if sample_weight is None else check_sample_weight(sample_weight, len(X))
         return X, Y, w
 
     def _one_hot(self, y: np.ndarray, width: int) -> np.ndarray:
@@ -493,7 +490,7 @@ class BaseTrainer(BaseEstimator):
 
     def _predictions(self, X) -> dict[str, np.ndarray]:
         self._check_fitted()
-        X = _as_float_matrix(X, "X")
+        X = as_float_matrix(X, "X")
         n_features = _declared_features(self._input)
         if n_features is not None and X.shape[1] != n_features:
             raise OrtBenchError(f"X has {X.shape[1]} features, the model expects {n_features}")
@@ -534,6 +531,7 @@ class BaseTrainer(BaseEstimator):
 
     def score(self, X, y, sample_weight=None) -> float:
         """Accuracy for classifiers, R² for regressors, as scikit-learn defines them."""
+        self._check_fitted()
         if self.is_classifier_:
             return float(accuracy_score(y, self.predict(X), sample_weight=sample_weight))
         return float(r2_score(y, self.predict(X), sample_weight=sample_weight))
@@ -574,15 +572,9 @@ def _declared_features(value) -> int | None:
     return None
 
 
-def _as_float_matrix(X, name: str) -> np.ndarray:
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise OrtBenchError(f"{name} must be a 2-D array, got shape {X.shape}")
-    if len(X) == 0:
-        raise OrtBenchError(f"{name} is empty")
-    if not np.issubdtype(X.dtype, np.number):
-        raise OrtBenchError(f"{name} must be numeric, got dtype {X.dtype}")
-    X = np.ascontiguousarray(X, dtype=np.float32)
-    if not np.isfinite(X).all():
-        raise OrtBenchError(f"{name} contains NaN or infinity")
-    return X
+def _moderate(weight: np.ndarray) -> bool:
+    """Whether the squared norm of a weight is finite in float32: no NaN, no infinity, and
+    no value so large (beyond about 1e19) that the next forward pass would overflow."""
+    flat = weight.ravel()
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.dot(flat, flat)))

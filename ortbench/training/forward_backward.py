@@ -331,6 +331,8 @@ class ForwardBackwardTrainer(BaseTrainer):
         for name, array in state.items():
             if name not in self.weights_:
                 raise OrtBenchError(f"unknown weight {name!r}: trained weights are {self.weights_}")
+            if not np.isfinite(array).all():
+                raise OrtBenchError(f"weight {name!r} contains NaN or infinity")
             expected = self._weights.shape(name)
             if np.shape(array) != expected:
                 raise OrtBenchError(f"weight {name!r} has shape {expected}, got {np.shape(array)}")

@@ -16,7 +16,7 @@ from .errors import OrtBenchError
 from .fused import FusedSteps
 from .graph_tools import select_outputs
 from .learning_rates import BaseLearningRate
-from .loss_graph import add_loss_output
+from .loss_graph import add_loss_output, scalar_loss, tensor_names, unique_name
 from .losses import BaseLearningLoss, loss_from_name
 from .on_device import OnDeviceSteps
 
@@ -77,15 +77,9 @@ class FullTrainer(BaseTrainer):
         return (self.loss_output_name,) if self.loss_output_name in outputs else ()
 
     def _prepare_model(self) -> None:
+        self._loss_in_model = False
         super()._prepare_model()
-        outputs = [o.name for o in self.model_.graph.output]
-        self._loss_in_model = self.loss_output_name in outputs
-        if self._loss_in_model:
-            others = [o for o in outputs if o != self.loss_output_name]
-            if not others:
-                raise OrtBenchError("the model outputs only its loss: nothing to predict with")
-            self.output_name_ = others[0]
-            self._train_model = select_outputs(self.model_, [self.output_name_])
+        self._loss_in_model = bool(self._loss_outputs(self.model_))
 
     def _prediction_model(self):
         model = self.get_trained_onnx()
@@ -95,17 +89,21 @@ class FullTrainer(BaseTrainer):
         return model
 
     def _build(self) -> None:
+        loss_name = self.loss_output_name
         if self._loss_in_model:
-            with_loss = self.model_
+            with_loss = scalar_loss(self.model_, loss_name)
         else:
+            # new names the model does not use (an input may be called 'label')
+            names = tensor_names(self._train_model.graph)
+            loss_name = unique_name(names, loss_name)
             with_loss = add_loss_output(
                 self._train_model,
                 score_name=self.learning_loss_,
-                loss_name=self.loss_output_name,
-                scale_name="loss_scale",
+                loss_name=loss_name,
+                scale_name=unique_name(names, "loss_scale"),
                 penalty=self.penalty,
             )
-        with_loss = self._static_batch(select_outputs(with_loss, [self.loss_output_name]))
+        with_loss = self._static_batch(select_outputs(with_loss, [loss_name]))
         self._n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
         if self._backend == "portable":
             self._steps = FusedSteps(
@@ -115,7 +113,7 @@ class FullTrainer(BaseTrainer):
                 self.device,
                 self._session_options,
                 self._providers(),
-                self.loss_output_name,
+                loss_name,
             )
         else:
             self._steps = OnDeviceSteps(
@@ -148,6 +146,8 @@ class FullTrainer(BaseTrainer):
         for name, array in state.items():
             if name not in self.weights_:
                 raise OrtBenchError(f"unknown weight {name!r}: trained weights are {self.weights_}")
+            if not np.isfinite(array).all():
+                raise OrtBenchError(f"weight {name!r} contains NaN or infinity")
             expected = self._steps.shape(name)
             array = np.ascontiguousarray(array, dtype=np.float32)
             if array.shape != expected:

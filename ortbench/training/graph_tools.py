@@ -149,6 +149,7 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
         weights = trainable_initializers(onx)
         if not weights:
             raise OrtBenchError("the model has nothing to train: no float initializer")
+        _check_float32(onx, weights)
         return weights
     if isinstance(weights, str):
         weights = [weights]
@@ -162,7 +163,19 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
             raise OrtBenchError(f"weight {name!r} is not a float tensor and cannot be trained")
     if not weights:
         raise OrtBenchError("the model has nothing to train: weights_to_train is empty")
+    _check_float32(onx, weights)
     return list(weights)
+
+
+def _check_float32(onx: onnx.ModelProto, weights: list[str]) -> None:
+    """Refuse double and float16 weights: the engine's buffers and updates are float32."""
+    for init in onx.graph.initializer:
+        if init.name in weights and init.data_type != TensorProto.FLOAT:
+            kind = helper.tensor_dtype_to_np_dtype(init.data_type).name
+            raise OrtBenchError(
+                f"weight {init.name!r} is {kind}: ortbench trains float32 weights; convert "
+                f"the model in float32 (e.g. to_onnx(model, X[:1].astype(np.float32)))"
+            )
 
 
 def onnx_rename_weights(onx: onnx.ModelProto) -> onnx.ModelProto:
@@ -256,6 +269,51 @@ def _ancestors(producers: dict, names: list[str]) -> set[str]:
     return seen
 
 
+def check_shapes(onx: onnx.ModelProto, data: onnx.ValueInfoProto, output: str) -> None:
+    """Refuse what the trainers cannot train: a data input that is not a matrix, a trained
+    output that is not (n, k), declared shapes that contradict the nodes.
+
+    Raises
+    ------
+    OrtBenchError
+        Naming the tensor and the shape it should have.
+    """
+    tensor = data.type.tensor_type
+    if not tensor.HasField("shape") or len(tensor.shape.dim) != 2:
+        shape = _shape_text(tensor)
+        raise OrtBenchError(
+            f"the model's input {data.name!r} has shape {shape}: ortbench feeds (n, features) "
+            f"matrices; convert the model with an input of shape [None, n_features]"
+        )
+    try:
+        inferred = onnx.shape_inference.infer_shapes(onx, strict_mode=True)
+    except onnx.shape_inference.InferenceError as e:
+        if "differ" not in str(e) and "mismatch" not in str(e):
+            return  # an operator onnx cannot infer: nothing known to contradict
+        reason = " ".join(str(e).split())[:200]
+        raise OrtBenchError(
+            f"the model's declared shapes contradict its nodes ({reason}): fix or remove the "
+            f"declared shapes of its outputs and value infos"
+        ) from None
+    graph = inferred.graph
+    for value in [*graph.value_info, *graph.output]:
+        out = value.type.tensor_type
+        if value.name == output and out.HasField("shape") and len(out.shape.dim) != 2:
+            raise OrtBenchError(
+                f"the model's output {output!r} has shape {_shape_text(out)}: ortbench trains "
+                f"(n, outputs) outputs; make it (n, 1) (Unsqueeze or Reshape its result)"
+            )
+
+
+def _shape_text(tensor) -> str:
+    if not tensor.HasField("shape"):
+        return "unknown"
+    dims = [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim
+    ]
+    return f"({', '.join(map(str, dims))})"
+
+
 def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
     """Names the subgraphs of a node (If, Loop, Scan) read from the outer scope."""
     names = set()
@@ -288,10 +346,13 @@ def _type_name(value: onnx.ValueInfoProto) -> str:
     )
 
 
-def training_output(onx: onnx.ModelProto) -> str:
-    """The output a loss applies to: the first float tensor output, looking through ZipMap."""
+def training_output(onx: onnx.ModelProto, ignored: tuple[str, ...] = ()) -> str:
+    """The output a loss applies to: the first float tensor output, looking through ZipMap,
+    among those not ``ignored`` (a loss the model outputs)."""
     producers = {o: n for n in onx.graph.node for o in n.output}
     for out in onx.graph.output:
+        if out.name in ignored:
+            continue
         node = producers.get(out.name)
         if node is not None and node.op_type == "ZipMap":
             return node.input[0]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
@@ -14,9 +15,9 @@ from .penalties import ElasticLearningPenalty
 
 def add_loss_output(
     onx,
-    score_name: str = "squared_error",
+    score_name="squared_error",
     loss_name: str = "loss",
-    label_name: str = "label",
+    label_name: str | None = None,
     weight_name: str | None = None,
     scale_name: str | None = None,
     penalty: dict | None = None,
@@ -26,37 +27,76 @@ def add_loss_output(
 ) -> onnx.ModelProto:
     """Return a model that also outputs a loss, first among its outputs.
 
-    The loss compares ``output_name`` (default: the model's first float output, looking
-    through ZipMap) with a new input ``label_name`` of the same shape (one-hot float labels
-    for ``score_name='log'``). ``weight_name`` adds a sample-weight input (n,) and makes the
-    loss a weighted mean. ``scale_name`` instead adds an (n, 1) input holding each row's
-    share of the batch loss (w / sum(w)), computed by the caller once per batch: the
-    graph then has no nodes for the mean (the trainers' loader stages this column).
-    ``penalty={'coef': {'l1': a, 'l2': b}}`` adds
-    a * sum|coef| + b * sum(coef^2) for each named initializer.
+    Parameters
+    ----------
+    onx : onnx.ModelProto, bytes or path
+        The model.
+    score_name : str or BaseLearningLoss, default='squared_error'
+        One of 'squared_error', 'absolute_error', 'elastic', 'log', or a loss object
+        (``NegLogLearningLoss(probability_function='softmax')`` for raw scores).
+    loss_name : str, default='loss'
+        The new output, a scalar.
+    label_name : str, default=None
+        The new input of labels, shaped like the compared output (one-hot float labels for
+        the log loss). None is ``'label'``, or ``'label_1'``, ... when the model already
+        has a tensor of that name (skl2onnx classifiers output ``label``).
+    weight_name : str, default=None
+        Adds a sample-weight input (n,) and makes the loss a weighted mean.
+    scale_name : str, default=None
+        Adds instead an (n, 1) input holding each row's share of the batch loss
+        (w / sum(w)), computed by the caller once per batch: the graph then has no nodes
+        for the mean (the trainers' loader stages this column).
+    penalty : dict, default=None
+        ``{'coef': {'l1': a, 'l2': b}}`` adds a * sum|coef| + b * sum(coef^2) for each
+        named initializer.
+    output_name : str, default=None
+        The output the loss compares with the labels: a tensor of the graph; None is the
+        model's first float output, looking through ZipMap.
+    l1_weight, l2_weight : float, default=0.5
+        The weights of the 'elastic' loss.
+
+    Returns
+    -------
+    onnx.ModelProto
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown loss, output or initializer, a penalty key other than 'l1' and
+        'l2', a negative weight, or a new name that the model already uses.
     """
     model = load_model(onx)
     graph = model.graph
+    names = tensor_names(graph)
     predicted = output_name or training_output(model)
+    if predicted not in names:
+        raise OrtBenchError(
+            f"unknown output_name {predicted!r}: the model's outputs are "
+            f"{[o.name for o in graph.output]}"
+        )
     loss = loss_from_name(score_name, l1_weight, l2_weight)
-    inits = {i.name for i in graph.initializer}
-    for name in penalty or {}:
-        if name not in inits:
-            raise OrtBenchError(f"penalty on unknown initializer {name!r}")
+    penalties = _penalties(penalty, {i.name for i in graph.initializer})
+    label_name = label_name or unique_name(names, "label")
+    new_names = [("loss_name", loss_name), ("label_name", label_name)]
+    new_names += [("weight_name", weight_name), ("scale_name", scale_name)]
+    for argument, name in new_names:
+        if name in names:
+            raise OrtBenchError(
+                f"{argument}={name!r} is already a tensor of the model: choose another name"
+            )
+    if weight_name and scale_name:
+        raise OrtBenchError("give weight_name or scale_name, not both")
 
     b = GraphBuilder(graph.name, prefix=f"{loss_name}_")
     shape = _declared_shape(model, predicted)
     label = b.input(label_name, shape)
-    if weight_name and scale_name:
-        raise OrtBenchError("give weight_name or scale_name, not both")
     shares = None
     if scale_name:
         shares = b.input(scale_name, [shape[0], 1])
     elif weight_name:
         shares = weight_shares_nodes(b, b.input(weight_name, shape[:1]))
     terms = [reduced_loss_nodes(loss, b, label, predicted, shares)]
-    for name, coefs in (penalty or {}).items():
-        term = ElasticLearningPenalty(l1=coefs.get("l1", 0.0), l2=coefs.get("l2", 0.0))
+    for name, term in penalties.items():
         terms.append(term.penalty_nodes(b, name))
     b.add_all(terms, name=loss_name)
 
@@ -70,9 +110,89 @@ def add_loss_output(
     return model
 
 
+def unique_name(taken: set[str], base: str) -> str:
+    """``base``, or ``base_1``, ``base_2``, ...: the first that is not ``taken``."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
+def tensor_names(graph: onnx.GraphProto) -> set[str]:
+    """Every name the graph gives a tensor: inputs, initializers, node outputs."""
+    names = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    return names | {o for node in graph.node for o in node.output}
+
+
+def _penalties(penalty, initializers: set[str]) -> dict[str, ElasticLearningPenalty]:
+    """The checked penalty terms of ``{'weight': {'l1': a, 'l2': b}}``."""
+    if penalty is None:
+        return {}
+    if not isinstance(penalty, dict):
+        raise OrtBenchError(
+            f"penalty must be a dict such as {{'coefficient': {{'l2': 1e-4}}}}, got "
+            f"{type(penalty).__name__} {penalty!r}"
+        )
+    terms = {}
+    for name, coefs in penalty.items():
+        if name not in initializers:
+            raise OrtBenchError(f"penalty on unknown initializer {name!r}")
+        unknown = set(coefs) - {"l1", "l2"} if isinstance(coefs, dict) else {coefs}
+        if unknown:
+            raise OrtBenchError(
+                f"penalty on {name!r}: unknown key(s) {sorted(map(str, unknown))}, expected "
+                f"a dict with 'l1' and/or 'l2'"
+            )
+        term = ElasticLearningPenalty(l1=coefs.get("l1", 0.0), l2=coefs.get("l2", 0.0))
+        term.check()
+        terms[name] = term
+    return terms
+
+
 def _declared_shape(model: onnx.ModelProto, name: str) -> list:
     for value in list(model.graph.output) + list(model.graph.value_info):
         if value.name == name and value.type.tensor_type.HasField("shape"):
             dims = value.type.tensor_type.shape.dim
             return [d.dim_value if d.dim_value > 0 else (d.dim_param or "N") for d in dims]
     return ["N", "C"]
+
+
+def scalar_loss(onx: onnx.ModelProto, loss_name: str) -> onnx.ModelProto:
+    """A copy of a model that outputs its own loss, that loss reshaped to a scalar.
+
+    A loss computed with ``keepdims=1`` or declared with shape (1, 1) holds one value, but
+    the runtime's training step wants a scalar: a Reshape to ``[]`` makes it one.
+
+    Raises
+    ------
+    OrtBenchError
+        When the loss may hold several values (a per-sample loss).
+    """
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    graph = model.graph
+    output = next(o for o in graph.output if o.name == loss_name)
+    raw = unique_name(tensor_names(graph), f"{loss_name}_unreduced")
+    for node in graph.node:
+        node.output[:] = [raw if o == loss_name else o for o in node.output]
+        node.input[:] = [raw if i == loss_name else i for i in node.input]
+    output.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except onnx.shape_inference.InferenceError:
+        inferred = model
+    value = next((v for v in inferred.graph.value_info if v.name == raw), None)
+    tensor = value.type.tensor_type if value is not None else None
+    dims = list(tensor.shape.dim) if tensor is not None and tensor.HasField("shape") else None
+    if dims is None or any(d.dim_value != 1 for d in dims):
+        shape = "unknown" if dims is None else [d.dim_value or d.dim_param or "?" for d in dims]
+        raise OrtBenchError(
+            f"the model's loss output {loss_name!r} has shape {shape}: a loss must be one "
+            f"value per batch (reduce it with ReduceMean or ReduceSum)"
+        )
+    shape = numpy_helper.from_array(np.zeros(0, np.int64), f"{raw}_scalar_shape")
+    graph.initializer.append(shape)
+    graph.node.append(helper.make_node("Reshape", [raw, shape.name], [loss_name]))
+    output.type.tensor_type.shape.SetInParent()  # declared a scalar
+    return model
