@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx.external_data_helper
 import onnx.version_converter
 from onnx import TensorProto, helper, numpy_helper
 
@@ -33,13 +34,53 @@ def load_model(model_onnx) -> onnx.ModelProto:
             raise OrtBenchError(f"model file not found: {path}")
         with open(path, "rb") as f:
             model = _parse(f.read(), path)
+        _load_external_data(model, os.path.dirname(os.path.abspath(path)))
     else:
         raise OrtBenchError(
             f"model_onnx must be an onnx.ModelProto, bytes or a path, got {type(model_onnx).__name__}"
         )
+    external = _external_tensors(model)
+    if external:
+        raise OrtBenchError(
+            f"tensor {external[0].name!r} is stored in an external file: give the model by "
+            f"the path of its .onnx file, next to which that file is read"
+        )
     if len(model.graph.node) == 0:
         raise OrtBenchError("the ONNX model has no node")
     return _fit_opset(model)
+
+
+def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """The initializers whose values are still in an external file."""
+    return [t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+
+
+def _load_external_data(model: onnx.ModelProto, folder: str) -> None:
+    """Read the external data of ``model`` from files inside ``folder`` (the model's own
+    folder, never the working directory); refuse a location that leads outside it."""
+    tensors = _external_tensors(model)
+    if not tensors:
+        return
+    root = os.path.realpath(folder)
+    for tensor in tensors:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        target = os.path.realpath(os.path.join(root, location))
+        if os.path.isabs(location) or os.path.commonpath([root, target]) != root:
+            raise OrtBenchError(
+                f"tensor {tensor.name!r} is stored in {location!r}, outside the model's "
+                f"folder: move the data file next to the model and save it with a relative "
+                f"location"
+            )
+        if not os.path.isfile(target):
+            raise OrtBenchError(
+                f"tensor {tensor.name!r} is stored in {location!r}, which is not in the "
+                f"model's folder {folder}"
+            )
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, root)
+    except (OSError, ValueError) as e:
+        reason = " ".join(str(e).split())
+        raise OrtBenchError(f"the model's external data cannot be read: {reason}") from None
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
@@ -149,7 +190,7 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
         weights = trainable_initializers(onx)
         if not weights:
             raise OrtBenchError("the model has nothing to train: no float initializer")
-        _check_float32(onx, weights)
+        _check_trainable(onx, weights)
         return weights
     if isinstance(weights, str):
         weights = [weights]
@@ -163,12 +204,22 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
             raise OrtBenchError(f"weight {name!r} is not a float tensor and cannot be trained")
     if not weights:
         raise OrtBenchError("the model has nothing to train: weights_to_train is empty")
-    _check_float32(onx, weights)
+    _check_trainable(onx, weights)
     return list(weights)
 
 
-def _check_float32(onx: onnx.ModelProto, weights: list[str]) -> None:
-    """Refuse double and float16 weights: the engine's buffers and updates are float32."""
+def _check_trainable(onx: onnx.ModelProto, weights: list[str]) -> None:
+    """Refuse double and float16 weights (the engine's buffers and updates are float32),
+    and weights read only inside the subgraph of an If, Loop or Scan node."""
+    read = {name for node in onx.graph.node for name in node.input}
+    for node in onx.graph.node:
+        inside = _subgraph_reads(node) & set(weights) - read
+        if inside:
+            raise OrtBenchError(
+                f"weight {sorted(inside)[0]!r} is read only inside the subgraph of "
+                f"{node.op_type} node {node.name!r}: ortbench cannot differentiate through "
+                f"control flow; leave it out of weights_to_train"
+            )
     for init in onx.graph.initializer:
         if init.name in weights and init.data_type != TensorProto.FLOAT:
             kind = helper.tensor_dtype_to_np_dtype(init.data_type).name
@@ -475,6 +526,7 @@ def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
         if needed.intersection(node.output):
             kept.append(node)
             needed.update(node.input)
+            needed.update(_subgraph_reads(node))
     del graph.node[:]
     graph.node.extend(reversed(kept))
     del graph.output[:]
@@ -482,7 +534,8 @@ def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
         shapes[n] if n in shapes else helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
         for n in names
     )
-    used = {name for node in graph.node for name in node.input} | set(names)
+    used = {name for node in graph.node for name in [*node.input, *_subgraph_reads(node)]}
+    used |= set(names)
     kept_inits = [i for i in graph.initializer if i.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept_inits)
