@@ -1,15 +1,17 @@
 """The fit loop and estimator plumbing both trainers share.
 
-A trainer subclass builds its graphs (:meth:`BaseTrainer._build`), prepares the
-per-fit bindings over the staged batches (:meth:`BaseTrainer._start_fit`) and runs one
-epoch (:meth:`BaseTrainer._run_epoch`); everything else (input checks, batching,
-learning-rate schedule, divergence, validation, state, predict, score, export) is here.
+A trainer subclass prepares its model and chooses its step object
+(:meth:`BaseTrainer._build`, see :mod:`ortbench.training.steps`), which builds the graphs,
+binds them over the staged batches and runs the epochs; everything else (input checks,
+batching, learning-rate schedule, divergence, validation, state, predict, score, export)
+is here.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import time
 import warnings
 
@@ -21,7 +23,7 @@ from sklearn.metrics import accuracy_score, r2_score
 
 from .data import BatchLoader, as_float_matrix, check_sample_weight
 from .derivative import choose_backend
-from .errors import OrtBenchError
+from .errors import NotFittedTrainerError, OrtBenchError
 from .graph_tools import (
     check_shapes,
     check_weight_names,
@@ -37,24 +39,93 @@ from .graph_tools import (
 )
 from .learning_rates import BaseLearningRate, LearningRateSGD
 from .losses import BaseLearningLoss, NegLogLearningLoss, SquareLearningLoss
-from .runtime import (
-    check_device,
-    providers,
-    quiet_logs,
-    session_options,
-)
+from .runtime import SessionMaker, check_device, providers, quiet_logs
+from .steps import Steps
 
 #: Steps below this much work (batch size x trained values, about the multiply-adds of a
 #: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``: handing
-#: kernels to a pool that does not spin costs more than it saves. On 2 cores one thread
-#: won at every size measured, from MLP 100-50-10-1 at batch 1 (5.6 thousand) to MLP
-#: 100-256-128-1 at batch 1024 (60 million, 3% apart); the pool is kept above this for
-#: machines with more cores.
+#: kernels to a pool that does not spin costs more than it saves (measured in
+#: ``benchmarks/README.md``); the pool is kept above this for machines with more cores.
 ONE_THREAD_WORK = 2**24
+
+
+#: numpydoc entries both trainers share, put into their docstrings by
+#: :func:`shared_docstring` where ``{model_parameters}``, ``{fit_parameters}`` and
+#: ``{attributes}`` stand.
+SHARED_DOC = {
+    "model_parameters": """\
+model_onnx : onnx.ModelProto, bytes or path
+    The model to train: one data input, float outputs (a classifier's probabilities
+    may sit behind a ZipMap). Linear scikit-learn nodes are rewritten into trainable
+    MatMul/Add first.
+weights_to_train : list of str, optional
+    The initializers to train; by default every float initializer that is a parameter
+    (see :func:`~ortbench.training.trainable_initializers`).""",
+    "fit_parameters": """\
+batch_size : int, default=10
+    Rows per step; the last batch of an epoch is padded with rows of weight 0.
+max_iter : int, default=100
+    Epochs per call to :meth:`fit`.
+device : str, default='cpu'
+    ``'cpu'``, ``'cuda'`` or ``'cuda:N'``.
+shuffle : bool, default=True
+    Shuffle the rows before every epoch.
+random_state : int, RandomState or None, default=None
+    Seeds the shuffling.
+warm_start : bool, default=False
+    A new :meth:`fit` continues from the current weights, optimizer state and schedule.
+verbose : int, default=0
+    Print the loss of every epoch on stderr.
+validation_every : int, default=1
+    Epochs between two scores of the validation data given to :meth:`fit`.
+intra_op_threads : 'auto', int or None, default='auto'
+    Intra-op threads of every session: ``'auto'`` runs small steps (batch size times
+    trained values below ``ONE_THREAD_WORK``) on one thread, None keeps onnxruntime's
+    default pool.""",
+    "attributes": """\
+model_ : onnx.ModelProto
+    The model as trained (linear nodes rewritten).
+weights_ : list of str
+    The trained weights.
+output_name_ : str
+    The output the loss reads.
+is_classifier_ : bool
+    Whether the loss is a log loss (labels are one-hot encoded).
+classes_ : numpy.ndarray
+    The class labels (classifiers only).
+learning_rate_ : BaseLearningRate
+    The fitted schedule (a clone of ``learning_rate``).
+t_ : int
+    Samples seen so far.
+train_losses_ : list of float
+    The training loss of every epoch (mean over samples, penalty included).
+validation_losses_ : list of float
+    The validation loss, every ``validation_every`` epochs.
+n_iter_ : int
+    Epochs run.""",
+}
+
+
+def shared_docstring(cls: type) -> type:
+    """Put the :data:`SHARED_DOC` entries into the docstring of the trainer ``cls``."""
+    doc = cls.__doc__
+    for name, text in SHARED_DOC.items():
+        doc = doc.replace("{" + name + "}", textwrap.indent(text, "    ").lstrip())
+    cls.__doc__ = doc
+    return cls
 
 
 class BaseTrainer(BaseEstimator):
     """Shared estimator API: fit, predict, score, state and export."""
+
+    #: The step object of the last build (see :mod:`ortbench.training.steps`).
+    _steps: Steps
+
+    def _keep_params(self, params: dict) -> None:
+        """Store the constructor's arguments (its ``locals()``) unchanged, one attribute
+        each, as scikit-learn expects of an estimator's ``__init__``."""
+        for name in self._get_param_names():
+            setattr(self, name, params[name])
 
     def _learning_loss(self) -> BaseLearningLoss | None:
         """The loss the user chose (checked), or None for the default: the log loss for a
@@ -62,35 +133,55 @@ class BaseTrainer(BaseEstimator):
         raise NotImplementedError
 
     def _build(self) -> None:
-        """Create sessions and weights from ``self.model_`` (the first fit only)."""
+        """Build the graphs and the step object ``self._steps`` from ``self.model_``."""
         raise NotImplementedError
 
-    def _start_fit(self, loader: BatchLoader) -> None:
-        """Prepare bindings over the loader's batches."""
-        raise NotImplementedError
-
-    def _run_epoch(self, batches) -> float:
-        """Train on every batch; return the epoch loss (mean over samples)."""
-        raise NotImplementedError
-
-    def _set_learning_rate(self, value: float) -> None:
-        raise NotImplementedError
+    def _run_epoch(self, loader: BatchLoader) -> float:
+        """Train on every batch of the loader's next epoch; return the epoch loss."""
+        loader.epoch()
+        return self._steps.run_epoch()
 
     def get_state(self) -> dict[str, np.ndarray]:
-        """Trained weights by name (copies)."""
-        raise NotImplementedError
+        """The trained weights.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            Copies of the current weights, by name.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
+        self._check_fitted()
+        return self._steps.get_state()
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
-        """Overwrite trained weights by name."""
-        raise NotImplementedError
+        """Overwrite trained weights by name.
 
-    def _optimizer_state(self) -> list[np.ndarray] | None:
-        """Copies of the optimizer's state tensors (momentum), None when it keeps none."""
-        raise NotImplementedError
+        Parameters
+        ----------
+        state : dict of str to array-like
+            New values of some or all of the trained weights, with their shapes.
 
-    def _set_optimizer_state(self, arrays: list[np.ndarray]) -> None:
-        """Overwrite the optimizer's state tensors with what :meth:`_optimizer_state` gave."""
-        raise NotImplementedError
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit, for an unknown weight or a wrong shape.
+        """
+        self._check_fitted()
+        for name, array in state.items():
+            if name not in self.weights_:
+                raise OrtBenchError(f"unknown weight {name!r}: trained weights are {self.weights_}")
+            if not np.isfinite(array).all():
+                raise OrtBenchError(f"weight {name!r} contains NaN or infinity")
+            expected = self._steps.shape(name)
+            array = np.ascontiguousarray(array, dtype=np.float32)
+            if array.shape != expected:
+                raise OrtBenchError(f"weight {name!r} has shape {expected}, got {array.shape}")
+            self._steps.set(name, array)
+        self._predictor = None
 
     # -- pickling ----------------------------------------------------------------------
 
@@ -107,7 +198,8 @@ class BaseTrainer(BaseEstimator):
             if not k.startswith("_") or k in self._PICKLED_PRIVATE
         }
         if "_pickled_state" not in state and self._has_trained_state():
-            state["_pickled_state"] = (self.get_state(), self._optimizer_state(), self._built_key)
+            optimizer_state = self._steps.get_optimizer_state()
+            state["_pickled_state"] = (self.get_state(), optimizer_state, self._built_key)
         return state
 
     def _restore_pickled(self) -> None:
@@ -138,19 +230,38 @@ class BaseTrainer(BaseEstimator):
     # -- fit ---------------------------------------------------------------------------
 
     def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
-        """Train on (X, y); validation data, when given, is scored every ``validation_every``.
+        """Train on (X, y) for ``max_iter`` epochs.
 
-        With ``warm_start=True`` a fitted trainer continues from its weights and optimizer
-        state. Hyper-parameters changed since (``set_params``) are honoured: the graphs
-        are rebuilt around the weights, and a new learning rate starts its schedule where
-        the previous one was; an optimizer state (momentum) restarts from zero then, with
-        a warning.
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets, or class labels for a classifier.
+        sample_weight : array-like of shape (n_samples,), optional
+            Non-negative weights of the rows.
+        X_val, y_val, sample_weight_val : array-like, optional
+            Validation data, scored every ``validation_every`` epochs into
+            ``validation_losses_``.
+
+        Returns
+        -------
+        self
+            The fitted trainer.
 
         Raises
         ------
         OrtBenchError
-            For invalid data or hyper-parameters, or when training diverges (the weights
-            from before the diverging epoch are kept).
+            For bad parameters or data, or a diverging loss or weights (``get_state()``
+            then holds the weights from before the epoch that diverged).
+
+        Notes
+        -----
+        With ``warm_start=True`` a fitted trainer continues from its weights and
+        optimizer state. Hyper-parameters changed since (``set_params``) are honoured:
+        the graphs are rebuilt around the weights, and a new learning rate starts its
+        schedule where the previous one was; an optimizer state (momentum) restarts from
+        zero then, with a warning.
         """
         self._check_params()
         warm = self.warm_start and self._has_trained_state()
@@ -177,7 +288,7 @@ class BaseTrainer(BaseEstimator):
                 self.learning_rate_.update_learning_rate(self.t_)
         if rebuild:
             self._build_around(state, optimizer_state)
-        self._set_learning_rate(self.learning_rate_.value)
+        self._steps.set_learning_rate(self.learning_rate_.value)
         if w is None:
             w = np.ones(len(X), dtype=np.float32)
         loader = self._loader_for([X, Y, w], reuse=warm and not rebuild)
@@ -185,14 +296,14 @@ class BaseTrainer(BaseEstimator):
         start = time.perf_counter()
         snapshot = self.get_state()
         for epoch in range(1, self.max_iter + 1):
-            loss = float(self._run_epoch(loader.epoch()))
+            loss = float(self._run_epoch(loader))
             state = self.get_state()
             if not np.isfinite(loss) or not all(map(_moderate, state.values())):
                 self._diverged(epoch, loss, snapshot)
             snapshot = state
             self.train_losses_.append(loss)
             self.t_ += loader.n_samples
-            self._set_learning_rate(self.learning_rate_.update_learning_rate(self.t_))
+            self._steps.set_learning_rate(self.learning_rate_.update_learning_rate(self.t_))
             if val is not None and (epoch % self.validation_every == 0 or epoch == self.max_iter):
                 self.validation_losses_.append(self._validation_loss(*val))
             if self.verbose:
@@ -245,11 +356,11 @@ class BaseTrainer(BaseEstimator):
                     stacklevel=3,
                 )
             return None
-        return self._optimizer_state()
+        return self._steps.get_optimizer_state()
 
     def _build_around(self, state, optimizer_state) -> None:
         """Build the graphs and sessions, then load weights and optimizer state into them."""
-        self._threads = self._choose_threads()
+        self._sessions = SessionMaker(self.device, self._choose_threads(), type(self).__name__)
         quiet_logs()
         self._build()
         self._built_key = self._build_key()
@@ -257,7 +368,7 @@ class BaseTrainer(BaseEstimator):
         if state is not None:
             self.set_state(state)
         if optimizer_state is not None:
-            self._set_optimizer_state(optimizer_state)
+            self._steps.set_optimizer_state(optimizer_state)
         self._predictor = None
 
     def _loader_for(self, arrays: list[np.ndarray], reuse: bool) -> BatchLoader:
@@ -279,7 +390,7 @@ class BaseTrainer(BaseEstimator):
                 arrays, self.batch_size, self.device, self.shuffle, self.random_state
             )
             self._loader, self._loader_batch_size = loader, self.batch_size
-            self._start_fit(loader)
+            self._steps.start_fit(loader)
         return loader
 
     def _report(self, epoch: int, loss: float, elapsed: float) -> None:
@@ -315,12 +426,6 @@ class BaseTrainer(BaseEstimator):
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
         return threads
-
-    def _session_options(self, label: str) -> onnxruntime.SessionOptions:
-        return session_options(self._threads, f"{type(self).__name__}_{label}")
-
-    def _providers(self) -> list:
-        return providers(self.device)
 
     # -- model and data ------------------------------------------------------------------
 
@@ -450,15 +555,15 @@ class BaseTrainer(BaseEstimator):
     def _validation_loss(self, X, Y, w) -> float:
         """Loss on held-out data, without penalty, through the trainer's own loss graph."""
         if getattr(self, "_val_sessions", None) is None:
-            options = self._session_options("validation")
+            options = self._sessions.options("validation")
             forward = weights_as_inputs(self._train_model, self.weights_)
             loss = self.learning_loss_.build_onnx_function()
             self._val_sessions = (
                 onnxruntime.InferenceSession(
-                    forward.SerializeToString(), options, providers=self._providers()
+                    forward.SerializeToString(), options, providers=providers(self.device)
                 ),
                 onnxruntime.InferenceSession(
-                    loss.SerializeToString(), options, providers=self._providers()
+                    loss.SerializeToString(), options, providers=providers(self.device)
                 ),
             )
         forward, loss = self._val_sessions
@@ -470,7 +575,18 @@ class BaseTrainer(BaseEstimator):
         return float(loss.run(["loss"], feeds)[0])
 
     def get_trained_onnx(self) -> onnx.ModelProto:
-        """The model as given (linear nodes rewritten) with the trained weights."""
+        """The model as given (linear nodes rewritten) with the trained weights.
+
+        Returns
+        -------
+        onnx.ModelProto
+            A copy; the trainer's model is unchanged.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
         self._check_fitted()
         return set_initializers(self.model_, self.get_state())
 
@@ -483,10 +599,17 @@ class BaseTrainer(BaseEstimator):
         """The trained model predict runs (the full trainer drops a loss the model outputs)."""
         return self.get_trained_onnx()
 
+    def __sklearn_is_fitted__(self) -> bool:
+        """True once a fit has built the trainer's steps, or for an unpickled fitted
+        trainer (scikit-learn's fitted check)."""
+        return hasattr(self, "_steps") or hasattr(self, "_pickled_state")
+
     def _check_fitted(self) -> None:
         self._restore_pickled()
-        if not hasattr(self, "train_losses_"):
-            raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedTrainerError(
+                f"this {type(self).__name__} is not fitted yet: call fit first"
+            )
 
     def _predictions(self, X) -> dict[str, np.ndarray]:
         self._check_fitted()
@@ -503,7 +626,7 @@ class BaseTrainer(BaseEstimator):
                         onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
                     )
             self._predictor = onnxruntime.InferenceSession(
-                model.SerializeToString(), providers=self._providers()
+                model.SerializeToString(), providers=providers(self.device)
             )
             self._predicted_names = [
                 o.name for o in self._predictor.get_outputs() if o.type.startswith("tensor")
@@ -512,7 +635,24 @@ class BaseTrainer(BaseEstimator):
         return dict(zip(names, self._predictor.run(names, {self._input.name: X})))
 
     def predict(self, X) -> np.ndarray:
-        """Predictions: labels for classifiers, the trained output for regressors."""
+        """Predict with the trained weights.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data.
+
+        Returns
+        -------
+        numpy.ndarray
+            Class labels for a classifier, else the trained output (1-D when the
+            targets were).
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit, or for bad data.
+        """
         outputs = self._predictions(X)
         if self.is_classifier_:
             proba = self._probabilities(outputs)
@@ -521,7 +661,25 @@ class BaseTrainer(BaseEstimator):
         return predicted.ravel() if self._y_1d and predicted.shape[1] == 1 else predicted
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities (classifiers only)."""
+        """Class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples, n_classes)
+            The trained output.
+
+        Raises
+        ------
+        OrtBenchError
+            When the trainer is not a classifier (a log loss), before the first fit, or
+            for bad data.
+        """
+        self._check_fitted()
         if not self.is_classifier_:
             raise OrtBenchError("predict_proba needs a classifier (a log loss)")
         return self._probabilities(self._predictions(X))
@@ -530,14 +688,45 @@ class BaseTrainer(BaseEstimator):
         return outputs[self._proba_name or self.output_name_]
 
     def score(self, X, y, sample_weight=None) -> float:
-        """Accuracy for classifiers, R² for regressors, as scikit-learn defines them."""
+        """Accuracy for classifiers, R² for regressors, as scikit-learn defines them.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data.
+        y : array-like
+            True labels or targets.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the rows.
+
+        Returns
+        -------
+        float
+            The score.
+        """
         self._check_fitted()
         if self.is_classifier_:
             return float(accuracy_score(y, self.predict(X), sample_weight=sample_weight))
         return float(r2_score(y, self.predict(X), sample_weight=sample_weight))
 
     def save_onnx_graph(self, folder: str | os.PathLike) -> dict[str, str]:
-        """Write every graph the trainer runs into ``folder``; return name -> path."""
+        """Write every graph the trainer runs into ``folder``.
+
+        Parameters
+        ----------
+        folder : str or os.PathLike
+            Created when missing; files ``<name>.onnx`` are overwritten.
+
+        Returns
+        -------
+        dict of str to str
+            The path of each graph, by name.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
         self._check_fitted()
         os.makedirs(folder, exist_ok=True)
         paths = {}
@@ -549,10 +738,16 @@ class BaseTrainer(BaseEstimator):
         return paths
 
     def _graphs(self) -> dict:
-        raise NotImplementedError
+        return dict(self._steps.graphs)
 
     def initial_state(self) -> dict[str, np.ndarray]:
-        """The weights the model came with (what a fit starts from)."""
+        """The weights the model came with (what a fit starts from).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            The initial value of each weight to train, by name.
+        """
         model = rewrite_linear_nodes(self.model_onnx)
         return get_initializers(model, check_weight_names(model, self.weights_to_train))
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import onnx
 from onnx import TensorProto, helper
-from onnxruntime.capi import _pybind_state as C
 
+from . import capi
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import check_weight_names, rewrite_linear_nodes, weights_as_inputs
@@ -37,7 +37,6 @@ def choose_backend(backend: str | None) -> str:
 class DerivativeOptions(enum.IntFlag):
     """The seed's flags for :func:`onnx_derivative`, kept for compatibility."""
 
-    Zero = 0
     KeepOutputs = 2
     FillGrad = 4
 
@@ -53,16 +52,40 @@ def onnx_derivative(
 ) -> onnx.ModelProto:
     """The gradient graph of a model with respect to its weights and/or inputs.
 
-    ``backend='ort-training'`` asks onnxruntime-training's gradient builder (its graph uses
-    training-only kernels); ``'portable'`` builds it from standard operators only
-    (:mod:`ortbench.training.portable`), runnable by any onnxruntime build. The default is
-    ort-training where it is installed, else portable.
+    Parameters
+    ----------
+    onx : onnx.ModelProto, bytes or path
+        The model.
+    weights : list of str, optional
+        The initializers to differentiate; by default :func:`trainable_initializers`,
+        ``[]`` for none.
+    inputs : list of str, optional
+        The float inputs to differentiate; by default every float input.
+    keep_outputs : bool, default=False
+        Also output the model's outputs.
+    fill_grad : bool, default=False
+        Take the upstream gradient as ones instead of adding inputs for it.
+    options : DerivativeOptions, optional
+        The seed's flags; when given, they set ``keep_outputs`` and ``fill_grad``.
+    backend : {'ort-training', 'portable'}, optional
+        ``'ort-training'`` asks onnxruntime-training's gradient builder (its graph uses
+        training-only kernels); ``'portable'`` builds it from standard operators only
+        (:mod:`ortbench.training.portable`), runnable by any onnxruntime build. The
+        default is ort-training where it is installed, else portable.
 
-    Inputs of the result: the model's inputs, each weight as an input, then ``<y>_grad``
-    for each float output ``y`` (the upstream gradient; absent with ``fill_grad``, which
-    takes it as ones). Outputs: ``<x>_grad`` for each differentiated input, then
-    ``<w>_grad`` for each weight, then the model's outputs when ``keep_outputs``.
-    By default the weights are :func:`trainable_initializers` and the inputs every float input.
+    Returns
+    -------
+    onnx.ModelProto
+        Inputs: the model's inputs, each weight as an input, then ``<y>_grad`` for each
+        float output ``y`` (the upstream gradient; absent with ``fill_grad``). Outputs:
+        ``<x>_grad`` for each differentiated input, then ``<w>_grad`` for each weight,
+        then the model's outputs when ``keep_outputs``.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown weight or input, nothing to differentiate, or a model the backend
+        cannot differentiate.
     """
     backend = choose_backend(backend)
     if options is not None:
@@ -107,7 +130,7 @@ def onnx_derivative(
 
     quiet_logs()
     try:
-        builder = C.GradientGraphBuilder(
+        builder = capi.GradientGraphBuilder(
             model.SerializeToString(),
             {total},
             set(inputs) | set(weights),
@@ -152,7 +175,6 @@ class TrainingGraph:
 
     model: bytes
     feed_names: list[str]
-    user_outputs: list[str]
     n_forward_outputs: int
     grad_names: list[str]
 
@@ -164,16 +186,16 @@ def build_training_graph(onx: onnx.ModelProto, weights: list[str]) -> TrainingGr
     """
     check_training_build()
     model = weights_as_inputs(onx, weights)
-    config = C.OrtModuleGraphBuilderConfiguration()
+    config = capi.OrtModuleGraphBuilderConfiguration()
     config.initializer_names = weights
     config.initializer_names_to_train = weights
     config.input_names_require_grad = []
     config.build_gradient_graph = True
     quiet_logs()
-    builder = C.OrtModuleGraphBuilder()
+    builder = capi.OrtModuleGraphBuilder()
     try:
         builder.initialize(model.SerializeToString(), config)
-        builder.build(C.TrainingGraphTransformerConfiguration())
+        builder.build(capi.TrainingGraphTransformerConfiguration())
     except RuntimeError as e:
         raise OrtBenchError(
             f"onnxruntime cannot differentiate this model: {first_line(e)}"
@@ -184,7 +206,6 @@ def build_training_graph(onx: onnx.ModelProto, weights: list[str]) -> TrainingGr
     return TrainingGraph(
         model=gradient_model,
         feed_names=feeds,
-        user_outputs=list(info.user_output_names),
         n_forward_outputs=len(info.user_output_names) + len(info.frontier_node_arg_map),
         grad_names=list(info.initializer_grad_names_to_train),
     )

@@ -58,6 +58,7 @@ def add_loss_output(
     Returns
     -------
     onnx.ModelProto
+        A copy of the model with the loss.
 
     Raises
     ------
