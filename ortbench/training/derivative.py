@@ -84,23 +84,44 @@ def onnx_derivative(
 ) -> onnx.ModelProto:
     """The gradient graph of a model with respect to its weights and/or inputs.
 
-    ``backend='ort-training'`` asks onnxruntime-training's gradient builder (its graph uses
-    training-only kernels); ``'portable'`` builds it from standard operators only
-    (:mod:`ortbench.training.portable`), runnable by any onnxruntime build. The default is
-    ort-training where it is installed, else portable.
+    Parameters
+    ----------
+    onx : onnx.ModelProto, bytes or path
+        The model.
+    weights : list of str, optional
+        The initializers to differentiate; by default :func:`trainable_initializers`
+        (none for a model without float initializers: its inputs are differentiated
+        then), ``[]`` for none.
+    inputs : list of str, optional
+        The float inputs to differentiate; by default every float input.
+    keep_outputs : bool, default=False
+        Also output the model's outputs.
+    fill_grad : bool, default=False
+        Take the upstream gradient as ones instead of adding inputs for it.
+    options : DerivativeOptions, optional
+        The seed's flags; when given, they set ``keep_outputs`` and ``fill_grad``,
+        validated as the seed did: ``FillGrad`` only with ``KeepOutputs``,
+        ``KeepYieldOp`` alone (onnxruntime-training's forward/backward graph with its
+        YieldOp node, ``backend='ort-training'`` only); other values are refused.
+    backend : {'ort-training', 'portable'}, optional
+        ``'ort-training'`` asks onnxruntime-training's gradient builder (its graph uses
+        training-only kernels); ``'portable'`` builds it from standard operators only
+        (:mod:`ortbench.training.portable`), runnable by any onnxruntime build. The
+        default is ort-training where it is installed, else portable.
 
-    Inputs of the result: the model's inputs, each weight as an input, then ``<y>_grad``
-    for each float output ``y`` (the upstream gradient; absent with ``fill_grad``, which
-    takes it as ones). Outputs: ``<x>_grad`` for each differentiated input, then
-    ``<w>_grad`` for each weight, then the model's outputs when ``keep_outputs``.
-    By default the weights are :func:`trainable_initializers` (none for a model without
-    float initializers: only its inputs are differentiated then) and the inputs every
-    float input.
+    Returns
+    -------
+    onnx.ModelProto
+        Inputs: the model's inputs, each weight as an input, then ``<y>_grad`` for each
+        float output ``y`` (the upstream gradient; absent with ``fill_grad``). Outputs:
+        ``<x>_grad`` for each differentiated input, then ``<w>_grad`` for each weight,
+        then the model's outputs when ``keep_outputs``.
 
-    ``options`` takes the seed's :class:`DerivativeOptions` flags instead of
-    ``keep_outputs``/``fill_grad``, validated as the seed did: ``FillGrad`` only with
-    ``KeepOutputs``, ``KeepYieldOp`` alone (it returns onnxruntime-training's
-    forward/backward graph, so it needs ``backend='ort-training'``).
+    Raises
+    ------
+    OrtBenchError
+        For an unknown weight or input, nothing to differentiate, invalid ``options``, or
+        a model the backend cannot differentiate.
     """
     backend = choose_backend(backend)
     yield_op = False

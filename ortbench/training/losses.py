@@ -63,6 +63,9 @@ class BaseLearningLoss(BaseEstimator):
             return loss
         return select_named(loss, LOSS_NAMES, SquareLearningLoss, "loss", kwargs)
 
+    def check(self) -> None:
+        """Raise a one-line error for invalid hyper-parameters (none here)."""
+
     def element_nodes(
         self, b: GraphBuilder, expected: str, predicted: str
     ) -> tuple[str, float, str]:
@@ -91,6 +94,11 @@ class BaseLearningLoss(BaseEstimator):
         ``grad_scale`` to the loss scale times the optimizer's step factor, so the
         backward pass yields the weight step itself. Outputs: ``loss`` (scalar) and
         ``loss_grad`` (n, c), the scaled gradient of the loss wrt ``predicted``.
+
+        Returns
+        -------
+        onnx.ModelProto
+            The graph, at the opset onnxruntime 1.19.2 reads.
         """
         b = GraphBuilder(type(self).__name__)
         expected = b.input("expected", ["N", "C"])
@@ -163,16 +171,16 @@ class SquareLearningLoss(BaseLearningLoss):
     def __init__(self, convention: str = "sklearn"):
         self.convention = convention
 
-    def element_nodes(self, b, expected, predicted):
-        diff = b.op("Sub", predicted, expected)
-        if self._is_seed():
-            return b.op("Mul", diff, diff), 1.0, b.op("Add", diff, diff)
-        return b.op("Mul", diff, diff), 0.5, diff
-
-    def _is_seed(self) -> bool:
+    def check(self) -> None:
         if self.convention not in CONVENTIONS:
             raise OrtBenchError(f"convention must be one of {CONVENTIONS}, got {self.convention!r}")
-        return self.convention == "seed"
+
+    def element_nodes(self, b, expected, predicted):
+        self.check()
+        diff = b.op("Sub", predicted, expected)
+        if self.convention == "seed":
+            return b.op("Mul", diff, diff), 1.0, b.op("Add", diff, diff)
+        return b.op("Mul", diff, diff), 0.5, diff
 
 
 class AbsoluteLearningLoss(BaseLearningLoss):
@@ -184,11 +192,24 @@ class AbsoluteLearningLoss(BaseLearningLoss):
 
 
 class ElasticLearningLoss(BaseLearningLoss):
-    """l1_weight * |p - y| + l2_weight * (p - y)^2 per element."""
+    """l1_weight * |p - y| + l2_weight * (p - y)^2 per element.
+
+    Parameters
+    ----------
+    l1_weight, l2_weight : float, default=0.5
+        The weights of the two terms.
+    """
 
     def __init__(self, l1_weight: float = 0.5, l2_weight: float = 0.5):
         self.l1_weight = l1_weight
         self.l2_weight = l2_weight
+
+    def check(self) -> None:
+        """Raise a one-line error for a negative or non-finite weight."""
+        for name in ("l1_weight", "l2_weight"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float, np.number)) or not 0 <= value < np.inf:
+                raise OrtBenchError(f"{name} must be a finite number >= 0, got {value!r}")
 
     def element_nodes(self, b, expected, predicted):
         diff = b.op("Sub", predicted, expected)
@@ -200,20 +221,71 @@ class ElasticLearningLoss(BaseLearningLoss):
 
 
 class NegLogLearningLoss(BaseLearningLoss):
-    """-y * log(p) per element over one-hot labels and class probabilities (log loss)."""
+    """The log loss over one-hot labels: -sum_c y_c * log(p_c) per sample.
+
+    Parameters
+    ----------
+    probability_function : {None, 'sigmoid', 'softmax'}, default=None
+        What turns the trained output into probabilities. None: the output already holds
+        probabilities, clipped to ``[eps, 1 - eps]`` before the log. ``'sigmoid'``: the
+        output holds raw scores, each column a binary (one-vs-rest) problem; the term is
+        ``softplus(s) - y * s`` written as ``relu(s) - y * s + log(1 + exp(-|s|))``,
+        finite for any finite score. ``'softmax'``: the output holds raw scores of
+        exclusive classes; the term is ``-y * log_softmax(s)``. Both stable forms are what
+        the trainers use for classifier graphs whose probabilities come from a sigmoid or a
+        softmax, so that large scores cannot overflow an ``Exp``.
+    eps : float, default=float32 machine epsilon
+        The clipping bound of the probabilities (``probability_function=None`` only).
+    """
 
     is_classification = True
 
+    def __init__(self, probability_function: str | None = None, eps: float = EPS):
+        self.probability_function = probability_function
+        self.eps = eps
+
+    def check(self) -> None:
+        """Raise a one-line error for invalid hyper-parameters."""
+        if self.probability_function not in PROBABILITY_FUNCTIONS:
+            raise OrtBenchError(
+                f"probability_function must be one of {PROBABILITY_FUNCTIONS}, "
+                f"got {self.probability_function!r}"
+            )
+        if not 0 < self.eps < 0.5:
+            raise OrtBenchError(f"eps must be in (0, 0.5), got {self.eps!r}")
+
     def element_nodes(self, b, expected, predicted):
-        clipped = b.op("Clip", predicted, b.const(EPS), b.const(1 - EPS))
+        self.check()
+        if self.probability_function == "sigmoid":
+            loss = self._softplus_minus_ys(b, expected, predicted)
+            return loss, 1.0, b.op("Sub", b.op("Sigmoid", predicted), expected)
+        if self.probability_function == "softmax":
+            log_p = b.op("LogSoftmax", predicted, axis=-1)
+            loss = b.op("Mul", expected, log_p)
+            return loss, -1.0, b.op("Sub", b.op("Softmax", predicted, axis=-1), expected)
+        clipped = b.op("Clip", predicted, b.const(self.eps), b.const(1 - self.eps))
         loss = b.op("Mul", expected, b.op("Log", clipped))
         return loss, -1.0, b.op("Neg", b.op("Div", expected, clipped))
 
     def element_loss_nodes(self, b, expected, predicted):
+        if self.probability_function is not None:
+            return self.element_nodes(b, expected, predicted)[:2]
+        self.check()
         # onnxruntime-training has no gradient for Clip's bounds path: clip by Max/Min
-        # would also work, but adding EPS keeps the graph differentiable everywhere.
-        shifted = b.op("Add", predicted, b.const(EPS))
+        # would also work, but adding eps keeps the graph differentiable everywhere.
+        shifted = b.op("Add", predicted, b.const(self.eps))
         return b.op("Mul", expected, b.op("Log", shifted)), -1.0
+
+    @staticmethod
+    def _softplus_minus_ys(b: GraphBuilder, expected: str, scores: str) -> str:
+        """``relu(s) - y * s + log(1 + exp(-|s|))``: -log(sigmoid(s)) for y = 1 and
+        -log(1 - sigmoid(s)) for y = 0, with no exponential of a positive number."""
+        tail = b.op("Log", b.op("Add", b.op("Exp", b.op("Neg", b.op("Abs", scores))), b.const(1)))
+        return b.op("Add", b.op("Sub", b.op("Relu", scores), b.op("Mul", expected, scores)), tail)
+
+
+#: What :class:`NegLogLearningLoss` accepts as ``probability_function``.
+PROBABILITY_FUNCTIONS = (None, "sigmoid", "softmax")
 
 
 LOSSES = {
@@ -233,13 +305,41 @@ LOSS_NAMES = {
 }
 
 
-def loss_from_name(score_name: str, l1_weight: float = 0.5, l2_weight: float = 0.5):
-    """The loss object for one of :data:`LOSSES`' names."""
-    if score_name not in LOSSES:
-        raise OrtBenchError(f"unknown loss {score_name!r}: expected one of {sorted(LOSSES)}")
-    if score_name == "elastic":
-        return ElasticLearningLoss(l1_weight, l2_weight)
-    return LOSSES[score_name]()
+def loss_from_name(score_name, l1_weight: float = 0.5, l2_weight: float = 0.5):
+    """The loss object for one of :data:`LOSSES`' names (a loss object is checked and kept).
+
+    Parameters
+    ----------
+    score_name : str or BaseLearningLoss
+        A key of :data:`LOSSES`, or a loss.
+    l1_weight, l2_weight : float, default=0.5
+        The weights of the ``'elastic'`` loss's terms.
+
+    Returns
+    -------
+    BaseLearningLoss
+        The loss.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown name, or a loss whose hyper-parameters are invalid.
+    """
+    if isinstance(score_name, BaseLearningLoss):
+        score_name.check()
+        return score_name
+    if not isinstance(score_name, str) or score_name not in LOSSES:
+        raise OrtBenchError(
+            f"unknown loss {score_name!r}: expected one of {sorted(LOSSES)} or a "
+            f"BaseLearningLoss object"
+        )
+    loss = (
+        ElasticLearningLoss(l1_weight, l2_weight)
+        if score_name == "elastic"
+        else LOSSES[score_name]()
+    )
+    loss.check()
+    return loss
 
 
 def select_named(name, names: dict, default, what: str, kwargs: dict):

@@ -7,8 +7,10 @@ forward/backward trainer, so a penalty costs no extra onnxruntime run per step.
 
 from __future__ import annotations
 
+import numpy as np
 from sklearn.base import BaseEstimator
 
+from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .losses import select_named
 
@@ -45,6 +47,9 @@ class BaseLearningPenalty(BaseEstimator):
         """False when the penalty adds nothing (no node is emitted then)."""
         return True
 
+    def check(self) -> None:
+        """Raise a one-line error for invalid hyper-parameters (none here)."""
+
     def penalty_nodes(self, b: GraphBuilder, weight: str) -> str:
         """Add nodes computing the penalty of one weight; return the scalar's name."""
         raise NotImplementedError
@@ -68,11 +73,24 @@ class NoLearningPenalty(BaseLearningPenalty):
 
 
 class ElasticLearningPenalty(BaseLearningPenalty):
-    """l1 * sum|W| + l2 * sum(W^2); gradient l1 * sign(W) + 2 * l2 * W."""
+    """l1 * sum|W| + l2 * sum(W^2); gradient l1 * sign(W) + 2 * l2 * W.
+
+    Parameters
+    ----------
+    l1, l2 : float, default=0.5
+        The weights of the two terms (both 0: no penalty, no node).
+    """
 
     def __init__(self, l1: float = 0.5, l2: float = 0.5):
         self.l1 = l1
         self.l2 = l2
+
+    def check(self) -> None:
+        """Raise a one-line error for a negative or non-finite coefficient."""
+        for name in ("l1", "l2"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float, np.number)) or not 0 <= value < np.inf:
+                raise OrtBenchError(f"penalty {name} must be a finite number >= 0, got {value!r}")
 
     def is_active(self) -> bool:
         return self.l1 != 0 or self.l2 != 0
