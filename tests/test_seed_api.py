@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import runpy
 import warnings
 
@@ -39,6 +40,7 @@ from ortbench.training import (
     trainable_initializers,
 )
 from ortbench.training.graph_tools import select_outputs
+from ortbench.training.seed import add_loss_output as seed_add_loss_output
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "seed")
 MODELS = runpy.run_path(os.path.join(EXAMPLES, "seed_models.py"))
@@ -221,7 +223,7 @@ def test_add_loss_output_penalty_shorthand_is_an_l2_weight(linear):
     plain = _loss_of(add_loss_output(onx), X, y)
     np.testing.assert_allclose(short, long)
     np.testing.assert_allclose(short - plain, 0.5 * (COEF**2).sum(), rtol=1e-5)
-    with pytest.raises(OrtBenchError, match="unknown keys"):
+    with pytest.raises(OrtBenchError, match="unknown key"):
         add_loss_output(onx, penalty={"coef": {"l3": 1.0}})
 
 
@@ -633,3 +635,83 @@ def test_seed_classes_clone(linear):
     np.testing.assert_allclose(
         copy.fit(X, y).get_state()["coef"], model.fit(X, y).get_state()["coef"], rtol=1e-6
     )
+
+
+def test_tutorial_example_shows_what_the_tutorial_shows(monkeypatch, tmp_path):
+    """The tutorial's gradient values, its repr after 100 epochs' worth of schedule
+    (value = eta0 / epochs ** 0.25), its losses going down and its "It works" predictions."""
+    monkeypatch.chdir(tmp_path)
+    done = _run_example("onnxruntime_training_nb.py", monkeypatch, 16)
+    np.testing.assert_allclose(done["result"]["loss"], [[532.5546]], rtol=1e-5)
+    np.testing.assert_allclose(done["result"]["init_grad"], [[193.33316, 186.66649]], rtol=1e-5)
+    for losses in (done["full_losses"]["loss"], done["fwbw_losses"]["loss"]):
+        assert losses.iloc[-1] < losses.iloc[0] / 2
+    assert f"value={5e-05 / 16**0.25!r}" in repr(done["train_session"])
+    grid = np.random.default_rng(0).uniform(-0.2, 0.2, size=(20, 2)).astype(np.float32)
+    session = onnxruntime.InferenceSession(done["trained_onx"].SerializeToString())
+    error = np.abs(session.run(None, {"x": grid})[0] - done["fct"](grid)).mean()
+    assert error < 0.1, error
+    curves = done["mlp_losses"]
+    assert (curves.iloc[-1] < curves.iloc[0]).all()
+    assert os.path.exists(tmp_path / "mlp_onnx_ort")
+
+
+def test_full_training_example_is_close_to_scikit_learn(monkeypatch):
+    """The page's linear regression, from random weights: coefficients close to
+    LinearRegression's (an elastic loss and a small L2 penalty move them a little)."""
+    done = _run_example("full_training.py", monkeypatch, 100)
+    state = done["state_tensors"]
+    np.testing.assert_allclose(state["coef"].ravel(), done["lr"].coef_, rtol=0.05)
+    np.testing.assert_allclose(state["intercept"], [done["lr"].intercept_], atol=0.5)
+    assert done["losses"][-1] < done["losses"][0] / 10
+
+
+def test_both_seed_classes_train_the_seeds_loss_alike(linear):
+    """The full class on the seed's summed loss with the rate divided by the batch size,
+    the forward/backward class on the seed's squared error: one trajectory, numpy's."""
+    onx, X, y = linear
+    full = _full(seed_add_loss_output(onx), X, learning_rate=0.05, max_iter=3).fit(X, y)
+    fwbw = _fwbw(onx, X, learning_rate=0.05, max_iter=3).fit(X, y)
+    coef, intercept = _gd(X, y, _seed_rates(0.05, 3), lambda d: 2 * d)
+    for model in (full, fwbw):
+        np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
+        np.testing.assert_allclose(model.get_state()["intercept"], intercept, rtol=1e-4)
+    np.testing.assert_allclose(full.train_losses_, fwbw.train_losses_, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["full", "fwbw"])
+def test_seed_classes_pickle(linear, kind):
+    onx, X, y = linear
+    model = (
+        _full(seed_add_loss_output(onx), X, learning_rate=0.05)
+        if kind == "full"
+        else _fwbw(onx, X, learning_rate="Nesterov")
+    )
+    model.fit(X, y)
+    copy = pickle.loads(pickle.dumps(model))
+    assert repr(copy) == repr(model)
+    np.testing.assert_array_equal(copy.predict(X), model.predict(X))
+    np.testing.assert_allclose(
+        copy.fit(X, y).train_losses_, model.fit(X, y).train_losses_, rtol=1e-6
+    )
+
+
+def test_add_loss_output_eps_clips_the_log_loss():
+    """A model passing its input through as probabilities: with p = 0 for the true class
+    the loss is -log(eps)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["proba"])],
+        "identity",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("proba", TensorProto.FLOAT, [None, 2])],
+    )
+    onx = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    X = np.array([[0.0, 1.0]], dtype=np.float32)
+    label = np.array([[1.0, 0.0]], dtype=np.float32)
+    model = add_loss_output(onx, score_name="log", eps=0.1)
+    value = onnxruntime.InferenceSession(model.SerializeToString()).run(
+        ["loss"], {"X": X, "label": label}
+    )[0]
+    np.testing.assert_allclose(value, -np.log(0.1), rtol=1e-5)
+    with pytest.raises(OrtBenchError, match="eps applies"):
+        add_loss_output(onx, eps=0.1)

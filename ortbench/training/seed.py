@@ -136,6 +136,11 @@ class _SeedBehaviour:
     intra_op_threads = "auto"
     backend = None
 
+    #: True when the trained loss is a sum over the batch, as the seed's full class
+    #: assumed: steps then use the rate divided by the batch size and the reported
+    #: loss is divided by it too, as the seed did.
+    _summed_loss = False
+
     def __repr__(self) -> str:
         """The seed's repr: every parameter; long values cut to 10 characters and '...'."""
         shown = []
@@ -199,6 +204,8 @@ class _SeedBehaviour:
 
     def _run_epoch(self, loader) -> float:
         loss = super()._run_epoch(loader)
+        if self._summed_loss:
+            loss /= self.batch_size
         if self.enable_logging:
             LOGGER.info(
                 "[%s] epoch %d/%d loss=%g lr=%g",
@@ -214,7 +221,8 @@ class _SeedBehaviour:
         # the seed's schedules count epochs: t is the index of the epoch just finished
         if epoch:
             self.learning_rate_.update_learning_rate(len(self.train_losses_) - 1)
-        return self.learning_rate_.value
+        value = self.learning_rate_.value
+        return value / self.batch_size if self._summed_loss else value
 
 
 class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
@@ -238,7 +246,8 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
     learning_rate : float, str or BaseLearningRate
         See :meth:`BaseLearningRate.select`; a float is ``LearningRateSGD(eta0=value,
         learning_rate='invscaling')``. The optimizer steps with the rate divided by
-        ``batch_size``, the seed's convention for a loss summed over the batch.
+        ``batch_size`` and ``train_losses_`` holds the loss divided by it, the seed's
+        convention for a loss summed over the batch.
     device : str
         ``'cpu'`` or ``'cuda'``.
     warm_start : bool
@@ -256,6 +265,7 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
 
     exc = True
     enable_logging = False
+    _summed_loss = True
 
     def __init__(
         self,
@@ -345,9 +355,6 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
             training = self._graphs().get("training_model") or self._graphs()["fused_step"]
             with open(f"{self.saved_gradient}.training.onnx", "wb") as f:
                 f.write(training if isinstance(training, bytes) else training.SerializeToString())
-
-    def _step_rate(self, epoch: int) -> float:
-        return super()._step_rate(epoch) / self.batch_size
 
 
 class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer):
