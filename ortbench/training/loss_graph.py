@@ -131,11 +131,8 @@ def add_loss_output(
         elif weight_name:
             shares = weight_shares_nodes(b, b.input(weight_name, shape[:1]))
         terms = [reduced_loss_nodes(loss, b, label, predicted, shares)]
-    for name, penalty_term in penalties.items():
-        term = penalty_term.penalty_nodes(b, name)
-        if convention == "seed":  # the loss's shape: no broadcast to differentiate
-            term = b.op("Reshape", term, b.const([1, 1], np.int64))
-        terms.append(term)
+    for name, term in penalties.items():
+        terms.append(term.penalty_nodes(b, name))
     b.add_all(terms, name=loss_name)
 
     graph.input.extend(b.inputs)
