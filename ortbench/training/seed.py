@@ -191,6 +191,14 @@ class _SeedBehaviour:
             self.n_iter_ = len(self.train_losses_)
         return self
 
+    def _check_params(self) -> None:
+        if self.training_optimizer_name != "SGDOptimizer":
+            raise OrtBenchError(
+                f"training_optimizer_name must be 'SGDOptimizer', got "
+                f"{self.training_optimizer_name!r}"
+            )
+        super()._check_params()
+
     def _prepare_model(self) -> None:
         super()._prepare_model()
         if self.warm_start:
@@ -300,17 +308,8 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
     def _learning_loss(self) -> BaseLearningLoss:
         return SquareLearningLoss(convention="seed")
 
-    def _check_params(self) -> None:
-        if self.training_optimizer_name != "SGDOptimizer":
-            raise OrtBenchError(
-                f"training_optimizer_name must be 'SGDOptimizer', got "
-                f"{self.training_optimizer_name!r}"
-            )
-        super()._check_params()
-
     def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
-        """Train as the seed's class did; see :class:`OrtGradientForwardBackwardOptimizer`'s
-        ``fit`` for the parameters.
+        """Train on (X, y), from weights drawn anew unless ``warm_start``.
 
         Parameters
         ----------
@@ -439,14 +438,6 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
         self.weight_name = weight_name
         self.learning_penalty = BaseLearningPenalty.select(learning_penalty)
         self.exc = exc
-
-    def _check_params(self) -> None:
-        if self.training_optimizer_name != "SGDOptimizer":
-            raise OrtBenchError(
-                f"training_optimizer_name must be 'SGDOptimizer', got "
-                f"{self.training_optimizer_name!r}"
-            )
-        super()._check_params()
 
     @property
     def trained_coef_(self) -> dict[str, onnxruntime.OrtValue]:
