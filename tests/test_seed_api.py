@@ -715,3 +715,22 @@ def test_add_loss_output_eps_clips_the_log_loss():
     np.testing.assert_allclose(value, -np.log(0.1), rtol=1e-5)
     with pytest.raises(OrtBenchError, match="eps applies"):
         add_loss_output(onx, eps=0.1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(learning_rate="Adam"), "unknown learning rate"),
+        (dict(learning_loss="hinge"), "unknown loss"),
+        (dict(learning_penalty="l3"), "unknown penalty"),
+        (dict(validation_every="often"), "validation_every"),
+        (dict(weights_to_train=["nothing"]), "unknown weight"),
+    ],
+)
+def test_bad_seed_arguments_are_one_line_errors(linear, kwargs, match):
+    onx, X, y = linear
+    with pytest.raises(OrtBenchError, match=match) as error:
+        params = dict(weights_to_train=["coef", "intercept"], max_iter=1)
+        params.update(kwargs)
+        OrtGradientForwardBackwardOptimizer(onx, **params).fit(X, y)
+    assert "\n" not in str(error.value)
