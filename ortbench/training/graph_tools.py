@@ -296,7 +296,7 @@ def data_input(
     everything = _ancestors(producers, [o.name for o in graph.output])
     data = [i for i in graph.input if i.name not in constants]
     inputs = [i for i in data if i.name in read]
-    if len(inputs) == 1 and inputs[0].type.tensor_type.elem_type in _FLOAT_TYPES:
+    if len(inputs) == 1 and inputs[0].type.tensor_type.elem_type in FLOAT_TYPES:
         unused = {i.name for i in data} - everything
         return (_without_inputs(onx, unused) if unused else onx), inputs[0]
     described = ", ".join(f"{i.name!r} ({_type_name(i)})" for i in inputs) or "none"
@@ -448,7 +448,7 @@ def classifier_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
             kinds.append("zipmap")
         elif out.type.HasField("tensor_type"):
             elem = out.type.tensor_type.elem_type
-            kinds.append("float" if elem in _FLOAT_TYPES else "label")
+            kinds.append("float" if elem in FLOAT_TYPES else "label")
     if "zipmap" not in kinds and not ("label" in kinds and "float" in kinds):
         return None
     probabilities = training_output(onx)

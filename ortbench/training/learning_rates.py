@@ -56,11 +56,14 @@ class BaseLearningRate(BaseEstimator):
     ----------
     eta0 : float, default=0.01
         The initial learning rate.
-    learning_rate : {'constant', 'invscaling'}, default='constant'
-        The schedule: ``'invscaling'`` sets ``eta0 / (t + 1) ** power_t`` at the end of
-        each epoch, ``t`` being the samples seen so far.
+    alpha : float, default=0.0001
+        The constant of ``'optimal'``.
     power_t : float, default=0.25
         The exponent of ``'invscaling'``.
+    learning_rate : {'constant', 'invscaling', 'optimal'}, default='constant'
+        The schedule: ``'invscaling'`` sets ``eta0 / (t + 1) ** power_t`` at the end of
+        each epoch, ``t`` being the samples seen so far; ``'optimal'`` sets
+        ``1 / (alpha * (t0 + t))`` as SGDRegressor does (see the module's docstring).
 
     Attributes
     ----------
@@ -273,7 +276,7 @@ class LearningRateSGD(BaseLearningRate):
 
     Parameters
     ----------
-    eta0, learning_rate, power_t
+    eta0, alpha, power_t, learning_rate
         The schedule, as :class:`BaseLearningRate` takes it.
     """
 
@@ -283,7 +286,7 @@ class LearningRateSGDNesterov(BaseLearningRate):
 
     Parameters
     ----------
-    eta0, learning_rate, power_t
+    eta0, alpha, power_t, learning_rate
         The schedule, as :class:`BaseLearningRate` takes it.
     momentum : float, default=0.9
         In [0, 1).
