@@ -327,7 +327,7 @@ class LearningRateAdamW(BaseLearningRate):
 
     Parameters
     ----------
-    eta0, learning_rate, power_t
+    eta0, alpha, power_t, learning_rate
         The schedule, as :class:`BaseLearningRate` takes it (``eta0`` 0.001 by default).
     beta1, beta2 : float, default=0.9, 0.999
         Decay rates of the first and second moment estimates.
