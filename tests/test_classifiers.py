@@ -9,7 +9,6 @@ import onnxruntime
 import pytest
 from scipy.special import expit, log_softmax, softmax
 from skl2onnx import to_onnx
-from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, SGDClassifier
