@@ -134,6 +134,10 @@ def _convert_opset(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
             f"({type(e).__name__}: {reason}): convert it again with target_opset={MAX_OPSET}"
         ) from None
     converted.ir_version = min(converted.ir_version or MAX_IR_VERSION, MAX_IR_VERSION)
+    declared = {o.name: o for o in model.graph.output}
+    for output in converted.graph.output:  # the converter drops a ZipMap's sequence type
+        if not output.type.WhichOneof("value") and output.name in declared:
+            output.type.CopyFrom(declared[output.name].type)
     return converted
 
 
@@ -360,9 +364,7 @@ def check_shapes(onx: onnx.ModelProto, data: onnx.ValueInfoProto, output: str) -
 def _shape_text(tensor) -> str:
     if not tensor.HasField("shape"):
         return "unknown"
-    dims = [
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim
-    ]
+    dims = [d.dim_value if d.HasField("dim_value") else "n" for d in tensor.shape.dim]
     return f"({', '.join(map(str, dims))})"
 
 
