@@ -200,7 +200,7 @@ def _penalties(penalty, initializers: set[str]) -> dict[str, ElasticLearningPena
         if unknown:
             raise OrtBenchError(
                 f"penalty on {name!r}: unknown key(s) {sorted(map(str, unknown))}, expected "
-                f"a number (an L2 weight) or a dict with 'l1' and/or 'l2'"
+                f"a dict with 'l1' and/or 'l2' (or a number, an L2 weight)"
             )
         term = ElasticLearningPenalty(l1=coefs.get("l1", 0.0), l2=coefs.get("l2", 0.0))
         term.check()
