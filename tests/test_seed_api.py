@@ -734,3 +734,13 @@ def test_bad_seed_arguments_are_one_line_errors(linear, kwargs, match):
         params.update(kwargs)
         OrtGradientForwardBackwardOptimizer(onx, **params).fit(X, y)
     assert "\n" not in str(error.value)
+
+
+def test_add_loss_output_on_the_tutorials_opset_14_model():
+    """The tutorial's graph is opset 14: the mean's nodes must exist at that opset."""
+    onx = MODELS["fct_onnx"]()
+    x = np.array([[0, 0], [1, 0], [0, 1]], dtype=np.float32)
+    label = np.zeros((3, 1), dtype=np.float32)
+    session = onnxruntime.InferenceSession(add_loss_output(onx).SerializeToString())
+    loss, y = session.run(None, {"x": x, "label": label})
+    np.testing.assert_allclose(loss, 0.5 * (y**2).mean(), rtol=1e-6)

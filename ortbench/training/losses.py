@@ -151,7 +151,11 @@ def reduced_loss_nodes(
     """
     element, factor = loss.element_loss_nodes(b, expected, predicted)
     if shares is None:
-        n = b.op("Cast", b.op("Shape", predicted, start=0, end=1), to=onnx.TensorProto.FLOAT)
+        # Slice, not Shape's start/end (opset 15): the seed's models are opset 14
+        rows = b.op(
+            "Slice", b.op("Shape", predicted), b.const([0], np.int64), b.const([1], np.int64)
+        )
+        n = b.op("Cast", rows, to=onnx.TensorProto.FLOAT)
         total = b.op("Mul", element, b.op("Div", b.const(factor), n))
     else:
         total = b.op("Gemm", element, shares, transA=1, alpha=factor)
