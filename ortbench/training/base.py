@@ -330,7 +330,15 @@ class BaseTrainer(BaseEstimator):
 
     #: Hyper-parameters that do not change the graphs: a warm start keeps them built.
     _RUN_PARAMS = frozenset(
-        ("model_onnx", "max_iter", "verbose", "warm_start", "validation_every", "random_state")
+        (
+            "model_onnx",
+            "max_iter",
+            "verbose",
+            "warm_start",
+            "validation_every",
+            "random_state",
+            "shuffle",
+        )
     )
 
     def _build_key(self) -> str:
