@@ -538,7 +538,11 @@ class BaseTrainer(BaseEstimator):
             if columns is not None and Y.shape[1] != columns:
                 raise OrtBenchError(
                     f"y has {Y.shape[1]} columns, the model outputs {columns}"
-                    + (": class labels train with the log loss" if columns > 1 else "")
+                    + (
+                        ": class labels train with the log loss (NegLogLearningLoss)"
+                        if columns > 1 and np.issubdtype(y.dtype, np.integer)
+                        else ""
+                    )
                 )
         w = None if sample_weight is None else check_sample_weight(sample_weight, len(X))
         return X, Y, w
