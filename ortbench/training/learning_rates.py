@@ -191,13 +191,8 @@ class LearningRateSGD(BaseLearningRate):
 
     Parameters
     ----------
-    eta0 : float, default=0.01
-        The initial learning rate.
-    learning_rate : {'constant', 'invscaling'}, default='constant'
-        The schedule: ``'invscaling'`` sets ``eta0 / (t + 1) ** power_t`` at the end of
-        each epoch, ``t`` being the samples seen so far.
-    power_t : float, default=0.25
-        The exponent of ``'invscaling'``.
+    eta0, learning_rate, power_t
+        The schedule, as :class:`BaseLearningRate` takes it.
     """
 
 
@@ -206,13 +201,8 @@ class LearningRateSGDNesterov(BaseLearningRate):
 
     Parameters
     ----------
-    eta0 : float, default=0.01
-        The initial learning rate.
-    learning_rate : {'constant', 'invscaling'}, default='constant'
-        The schedule: ``'invscaling'`` sets ``eta0 / (t + 1) ** power_t`` at the end of
-        each epoch, ``t`` being the samples seen so far.
-    power_t : float, default=0.25
-        The exponent of ``'invscaling'``.
+    eta0, learning_rate, power_t
+        The schedule, as :class:`BaseLearningRate` takes it.
     momentum : float, default=0.9
         In [0, 1).
     nesterov : bool, default=True
@@ -251,13 +241,8 @@ class LearningRateAdamW(BaseLearningRate):
 
     Parameters
     ----------
-    eta0 : float, default=0.001
-        The initial learning rate.
-    learning_rate : {'constant', 'invscaling'}, default='constant'
-        The schedule: ``'invscaling'`` sets ``eta0 / (t + 1) ** power_t`` at the end of
-        each epoch, ``t`` being the samples seen so far.
-    power_t : float, default=0.25
-        The exponent of ``'invscaling'``.
+    eta0, learning_rate, power_t
+        The schedule, as :class:`BaseLearningRate` takes it (``eta0`` 0.001 by default).
     beta1, beta2 : float, default=0.9, 0.999
         Decay rates of the first and second moment estimates.
     epsilon : float, default=1e-8
