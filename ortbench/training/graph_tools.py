@@ -300,7 +300,7 @@ def data_input(
     everything = _ancestors(producers, [o.name for o in graph.output])
     data = [i for i in graph.input if i.name not in constants]
     inputs = [i for i in data if i.name in read]
-    if len(inputs) == 1 and inputs[0].type.tensor_type.elem_type in _FLOAT_TYPES:
+    if len(inputs) == 1 and inputs[0].type.tensor_type.elem_type in FLOAT_TYPES:
         unused = {i.name for i in data} - everything
         return (_without_inputs(onx, unused) if unused else onx), inputs[0]
     described = ", ".join(f"{i.name!r} ({_type_name(i)})" for i in inputs) or "none"
@@ -450,7 +450,7 @@ def classifier_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
             kinds.append("zipmap")
         elif out.type.HasField("tensor_type"):
             elem = out.type.tensor_type.elem_type
-            kinds.append("float" if elem in _FLOAT_TYPES else "label")
+            kinds.append("float" if elem in FLOAT_TYPES else "label")
     if "zipmap" not in kinds and not ("label" in kinds and "float" in kinds):
         return None
     probabilities = training_output(onx)
@@ -505,16 +505,10 @@ def _weights_read(onx, producers, name: str) -> set[str]:
 def _static_width(onx: onnx.ModelProto, name: str) -> int | None:
     """The second dimension of a 2-D tensor, when shape inference knows it."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(onx)
+        shape = inferred_shapes(onx)[0].get(name)
     except onnx.shape_inference.InferenceError:
         return None
-    values = [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]
-    for value in values:
-        if value.name == name and value.type.tensor_type.HasField("shape"):
-            dims = value.type.tensor_type.shape.dim
-            if len(dims) == 2 and dims[1].dim_value > 0:
-                return dims[1].dim_value
-    return None
+    return shape[1] if shape is not None and len(shape) == 2 else None
 
 
 def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
