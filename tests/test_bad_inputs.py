@@ -4,6 +4,7 @@ training where the input is legitimate (and was silently mistrained or refused b
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import onnx
@@ -23,6 +24,7 @@ from ortbench.training import (
     ForwardBackwardTrainer,
     FullTrainer,
     LearningRateSGD,
+    LearningRateSGDNesterov,
     NegLogLearningLoss,
     OrtBenchError,
     add_loss_output,
@@ -449,6 +451,18 @@ def test_warm_start_follows_a_new_learning_rate(regression):
     assert model.learning_rate_.value == 0.05
     fresh = B(start, learning_rate=LearningRateSGD(0.05), shuffle=False, max_iter=2).fit(X, y)
     np.testing.assert_allclose(model.get_state()["W"], fresh.get_state()["W"], rtol=1e-6)
+
+
+def test_warm_start_says_momentum_restarts_with_a_new_learning_rate(regression):
+    X, y = regression
+    rate = LearningRateSGDNesterov(0.01)
+    model = B(linear(), learning_rate=rate, max_iter=1, warm_start=True).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.set_params(batch_size=20).fit(X, y)  # rebuilt, momentum kept: no warning
+    with pytest.warns(UserWarning, match=r"optimizer state \(momentum\) restarts from zero"):
+        model.set_params(learning_rate=LearningRateSGDNesterov(0.02)).fit(X, y)
+    assert model.learning_rate_.value == 0.02
 
 
 def test_warm_start_after_a_failed_first_fit_starts_afresh(regression):

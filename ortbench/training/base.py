@@ -337,7 +337,15 @@ class BaseTrainer(BaseEstimator):
 
     #: Hyper-parameters that do not change the graphs: a warm start keeps them built.
     _RUN_PARAMS = frozenset(
-        ("model_onnx", "max_iter", "verbose", "warm_start", "validation_every", "random_state")
+        (
+            "model_onnx",
+            "max_iter",
+            "verbose",
+            "warm_start",
+            "validation_every",
+            "random_state",
+            "shuffle",
+        )
     )
 
     def _build_key(self) -> str:
@@ -537,7 +545,11 @@ class BaseTrainer(BaseEstimator):
             if columns is not None and Y.shape[1] != columns:
                 raise OrtBenchError(
                     f"y has {Y.shape[1]} columns, the model outputs {columns}"
-                    + (": class labels train with the log loss" if columns > 1 else "")
+                    + (
+                        ": class labels train with the log loss (NegLogLearningLoss)"
+                        if columns > 1 and np.issubdtype(y.dtype, np.integer)
+                        else ""
+                    )
                 )
         w = None if sample_weight is None else check_sample_weight(sample_weight, len(X))
         return X, Y, w

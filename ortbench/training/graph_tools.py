@@ -505,16 +505,10 @@ def _weights_read(onx, producers, name: str) -> set[str]:
 def _static_width(onx: onnx.ModelProto, name: str) -> int | None:
     """The second dimension of a 2-D tensor, when shape inference knows it."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(onx)
+        shape = inferred_shapes(onx)[0].get(name)
     except onnx.shape_inference.InferenceError:
         return None
-    values = [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]
-    for value in values:
-        if value.name == name and value.type.tensor_type.HasField("shape"):
-            dims = value.type.tensor_type.shape.dim
-            if len(dims) == 2 and dims[1].dim_value > 0:
-                return dims[1].dim_value
-    return None
+    return shape[1] if shape is not None and len(shape) == 2 else None
 
 
 def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
