@@ -744,3 +744,22 @@ def test_add_loss_output_on_the_tutorials_opset_14_model():
     session = onnxruntime.InferenceSession(add_loss_output(onx).SerializeToString())
     loss, y = session.run(None, {"x": x, "label": label})
     np.testing.assert_allclose(loss, 0.5 * (y**2).mean(), rtol=1e-6)
+
+
+def test_loss_output_name_names_the_trained_loss(linear):
+    onx, X, y = linear
+    with_cost = seed_add_loss_output(onx, loss_name="cost")
+    with pytest.raises(OrtBenchError, match="no output 'loss'"):
+        _full(with_cost, X).fit(X, y)
+    model = _full(with_cost, X, loss_output_name="cost", learning_rate=0.05).fit(X, y)
+    coef, _ = _gd(X, y, _seed_rates(0.05, 3), lambda d: 2 * d)
+    np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in onnxruntime.get_available_providers(), reason="a GPU build"
+)
+def test_device_cuda_needs_the_cuda_build(linear):
+    onx, X, y = linear
+    with pytest.raises(OrtBenchError, match="cuda"):
+        _fwbw(onx, X, device="cuda").fit(X, y)

@@ -337,12 +337,13 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
         return super().fit(X, y, sample_weight, X_val, y_val, sample_weight_val)
 
     def _prepare_model(self) -> None:
-        super()._prepare_model()
-        if not self._loss_in_model:
+        outputs = [o.name for o in load_model(self.model_onnx).graph.output]
+        if self.loss_output_name not in outputs:
             raise OrtBenchError(
                 f"the model has no output {self.loss_output_name!r}: add a loss with "
                 f"add_loss_output first"
             )
+        super()._prepare_model()
 
     def _build(self) -> None:
         super()._build()
