@@ -14,9 +14,12 @@ import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
+from skl2onnx import to_onnx
 from sklearn.base import clone
+from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import SGDRegressor
+from sklearn.neural_network import MLPClassifier
 
 from ortbench.training import (
     AbsoluteLearningLoss,
@@ -28,6 +31,7 @@ from ortbench.training import (
     ElasticLearningLoss,
     ElasticLearningPenalty,
     ForwardBackwardTrainer,
+    FullTrainer,
     LearningRateSGD,
     LearningRateSGDNesterov,
     NoLearningPenalty,
@@ -763,3 +767,22 @@ def test_device_cuda_needs_the_cuda_build(linear):
     onx, X, y = linear
     with pytest.raises(OrtBenchError, match="cuda"):
         _fwbw(onx, X, device="cuda").fit(X, y)
+
+
+@pytest.mark.parametrize("zipmap", [False, True])
+def test_full_trainer_trains_a_classifier_that_outputs_its_loss(zipmap):
+    """A binary MLPClassifier graph with add_loss_output(score_name='log') trains as the
+    same graph without it does (the log loss on its raw scores): same losses, weights."""
+    X, y = make_classification(120, n_features=5, random_state=0)
+    X = X.astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mlp = MLPClassifier((4,), max_iter=1, random_state=0).fit(X, y)
+    onx = to_onnx(mlp, X[:1], options={"zipmap": zipmap})
+    settings = dict(learning_rate=LearningRateSGD(0.05), max_iter=3, shuffle=False)
+    own = FullTrainer(add_loss_output(onx, score_name="log"), **settings).fit(X, y)
+    added = FullTrainer(onx, **settings).fit(X, y)
+    np.testing.assert_allclose(own.train_losses_, added.train_losses_, rtol=1e-4)
+    for name, value in added.get_state().items():
+        np.testing.assert_allclose(own.get_state()[name], value, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(own.predict(X), added.predict(X))

@@ -455,7 +455,8 @@ class BaseTrainer(BaseEstimator):
         self._proba_name = None
         self._label_columns = None
         loss = self._learning_loss()
-        classifier = classifier_output(model)
+        predictions = [o.name for o in model.graph.output if o.name not in losses]
+        classifier = classifier_output(select_outputs(model, predictions) if losses else model)
         if loss is None:
             loss = NegLogLearningLoss() if classifier else SquareLearningLoss()
         if loss.is_classification and classifier is not None:

@@ -92,6 +92,13 @@ class FullTrainer(BaseTrainer):
         self._loss_in_model = False
         super()._prepare_model()
         self._loss_in_model = bool(self._loss_outputs(self.model_))
+        if self._loss_in_model and self.is_classifier_:
+            # the model's own loss reads one-hot labels as wide as its label input
+            data = [i for i in self.model_.graph.input if i.name not in self.weights_]
+            labels = [i for i in data if i.name != self._input.name]
+            dims = labels[0].type.tensor_type.shape.dim if labels else []
+            if len(dims) == 2 and dims[1].dim_value > 0:
+                self._label_columns = dims[1].dim_value
 
     def _prediction_model(self):
         model = self.get_trained_onnx()

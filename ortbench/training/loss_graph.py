@@ -8,7 +8,7 @@ from onnx import helper, numpy_helper
 
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
-from .graph_tools import load_model, training_output
+from .graph_tools import inferred_shapes, load_model, training_output
 from .losses import (
     CONVENTIONS,
     LOSS_NAMES,
@@ -246,6 +246,14 @@ def _declared_shape(model: onnx.ModelProto, name: str) -> list:
         if value.name == name and value.type.tensor_type.HasField("shape"):
             dims = value.type.tensor_type.shape.dim
             return [d.dim_value if d.dim_value > 0 else (d.dim_param or "N") for d in dims]
+    # a tensor behind ZipMap is declared nowhere: its inferred width, when known, shapes
+    # the labels (a one-hot label column per class)
+    try:
+        shape = inferred_shapes(model)[0].get(name)
+    except onnx.shape_inference.InferenceError:
+        shape = None
+    if shape is not None and len(shape) == 2 and shape[1] is not None:
+        return ["N", shape[1]]
     return ["N", "C"]
 
 
