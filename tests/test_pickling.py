@@ -14,6 +14,7 @@ from sklearn.model_selection import cross_validate
 from ortbench.training import (
     ForwardBackwardTrainer,
     FullTrainer,
+    LearningRateAdamW,
     LearningRateSGD,
     LearningRateSGDNesterov,
     OrtBenchError,
@@ -81,3 +82,11 @@ def test_cross_validate_in_two_processes_returns_fitted_trainers(trainer, regres
     half = len(X) // 2
     first = result["estimator"][0]  # fitted on the second half, scored on the first
     assert first.score(X[:half], y[:half]) == pytest.approx(result["test_score"][0], rel=1e-5)
+
+
+def test_adamw_says_its_moments_restart_after_unpickling(regression, mlp_onnx):
+    X, y = regression
+    model = FullTrainer(mlp_onnx, learning_rate=LearningRateAdamW(), max_iter=1).fit(X, y)
+    copied = pickle.loads(pickle.dumps(model))
+    with pytest.warns(UserWarning, match="AdamW's moments stay inside onnxruntime"):
+        np.testing.assert_array_equal(copied.predict(X), model.predict(X))

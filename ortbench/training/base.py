@@ -37,7 +37,7 @@ from .graph_tools import (
     training_output,
     weights_as_inputs,
 )
-from .learning_rates import BaseLearningRate, LearningRateSGD
+from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from .losses import BaseLearningLoss, NegLogLearningLoss, SquareLearningLoss
 from .runtime import SessionMaker, check_device, providers, quiet_logs
 from .steps import Steps
@@ -381,6 +381,14 @@ class BaseTrainer(BaseEstimator):
         self._built_key = self._build_key()
         self._loader = None
         if state is not None:
+            if isinstance(self.learning_rate_, LearningRateAdamW):
+                warnings.warn(
+                    f"{type(self).__name__}: AdamW's moments stay inside onnxruntime and "
+                    f"restart from zero when the graphs are rebuilt (warm start with new "
+                    f"hyper-parameters, or an unpickled trainer)",
+                    UserWarning,
+                    stacklevel=3,
+                )
             self.set_state(state)
         if optimizer_state is not None:
             self._steps.set_optimizer_state(optimizer_state)
