@@ -1,4 +1,4 @@
-"""The models the seed's examples assume, written with onnx.helper.
+"""The models the seed's examples assume, written with onnx's make_node and make_graph.
 
 The seed built them with mlprodict (its numpy-to-ONNX decorator, its converter of linear
 models), which ortbench does not use; these graphs have the same nodes and names.
