@@ -6,8 +6,8 @@ The code blocks are the tutorial's, in its order, with these changes:
   used mlprodict's text plots, and an onnxruntime ``InferenceSession`` runs them where it
   used mlprodict's ``OnnxInference`` (``run`` returns a list, zipped with the names);
 - ``fct`` was written with mlprodict's numpy-to-ONNX decorator, which ortbench does not
-  have: the same graph (same nodes, same names) is written with onnx's ``make_node``/``make_graph`` and
-  ``fct`` runs it;
+  have: the same graph (same nodes, same names) is written with onnx's ``make_node`` and
+  ``make_graph``, and ``fct`` runs it;
 - ``onnx_rename_names`` (mlprodict) only renamed intermediate results: left out;
 - the notebook's magics (``%onnxview``, ``%timeit``), plots and the profiling section
   (pyquickhelper) are left out; the loss curves stay as DataFrames;
