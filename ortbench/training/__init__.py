@@ -1,10 +1,14 @@
 """The training engine: graph tools, losses, penalties, learning rates and two trainers.
 
-- :class:`FullTrainer` (alias ``OrtGradientOptimizer``): the loss is part of the graph;
+- :class:`FullTrainer`: the loss is part of the graph;
   onnxruntime's on-device training API computes loss, gradients and update.
-- :class:`ForwardBackwardTrainer` (alias ``OrtGradientForwardBackwardOptimizer``):
+- :class:`ForwardBackwardTrainer`:
   TrainingAgent runs forward and backward; small ONNX graphs compute the loss, its
   gradient, the penalty and the fused weight update.
+
+``OrtGradientOptimizer`` and ``OrtGradientForwardBackwardOptimizer`` are the seed's
+(onnxcustom's) classes with its parameters and conventions (:mod:`.seed`), subclasses of
+these two.
 """
 
 from ..install import missing_runtime
@@ -17,9 +21,9 @@ except ModuleNotFoundError as e:
     raise missing_runtime() from None
 
 from .derivative import DerivativeOptions, onnx_derivative
-from .errors import OrtBenchError
-from .forward_backward import ForwardBackwardTrainer, OrtGradientForwardBackwardOptimizer
-from .full import FullTrainer, OrtGradientOptimizer
+from .errors import ConvergenceError, OrtBenchError
+from .forward_backward import ForwardBackwardTrainer
+from .full import FullTrainer
 from .graph_tools import onnx_rename_weights, rewrite_linear_nodes, trainable_initializers
 from .learning_rates import (
     BaseLearningRate,
@@ -36,9 +40,11 @@ from .losses import (
     SquareLearningLoss,
 )
 from .penalties import BaseLearningPenalty, ElasticLearningPenalty, NoLearningPenalty
+from .seed import OrtGradientForwardBackwardOptimizer, OrtGradientOptimizer
 
 __all__ = [
     "AbsoluteLearningLoss",
+    "ConvergenceError",
     "BaseLearningLoss",
     "BaseLearningPenalty",
     "BaseLearningRate",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import textwrap
 import time
+import warnings
 
 import numpy as np
 import onnx
@@ -20,11 +21,14 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.metrics import accuracy_score, r2_score
 
 from ..progress import Progress
-from .data import BatchLoader
+from .data import BatchLoader, as_float_matrix, check_sample_weight
 from .derivative import choose_backend
-from .errors import NotFittedTrainerError, OrtBenchError
+from .errors import ConvergenceError, NotFittedTrainerError, OrtBenchError
 from .graph_tools import (
+    check_shapes,
     check_weight_names,
+    classifier_output,
+    data_input,
     drop_noop_reshapes,
     get_initializers,
     rewrite_linear_nodes,
@@ -33,8 +37,8 @@ from .graph_tools import (
     training_output,
     weights_as_inputs,
 )
-from .learning_rates import BaseLearningRate, LearningRateSGD
-from .losses import BaseLearningLoss
+from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
+from .losses import BaseLearningLoss, NegLogLearningLoss, SquareLearningLoss
 from .runtime import SessionMaker, check_device, providers, quiet_logs
 from .steps import Steps
 
@@ -123,7 +127,9 @@ class BaseTrainer(BaseEstimator):
         for name in self._get_param_names():
             setattr(self, name, params[name])
 
-    def _learning_loss(self) -> BaseLearningLoss:
+    def _learning_loss(self) -> BaseLearningLoss | None:
+        """The loss the user chose (checked), or None for the default: the log loss for a
+        classifier graph, the squared error otherwise."""
         raise NotImplementedError
 
     def _build(self) -> None:
@@ -168,12 +174,46 @@ class BaseTrainer(BaseEstimator):
         for name, array in state.items():
             if name not in self.weights_:
                 raise OrtBenchError(f"unknown weight {name!r}: trained weights are {self.weights_}")
+            if not np.isfinite(array).all():
+                raise OrtBenchError(f"weight {name!r} contains NaN or infinity")
             expected = self._steps.shape(name)
             array = np.ascontiguousarray(array, dtype=np.float32)
             if array.shape != expected:
                 raise OrtBenchError(f"weight {name!r} has shape {expected}, got {array.shape}")
             self._steps.set(name, array)
         self._predictor = None
+
+    # -- pickling ----------------------------------------------------------------------
+
+    #: Private attributes a pickle keeps: every other one (sessions, bindings, buffers)
+    #: is rebuilt on first use from the hyper-parameters and the fitted attributes.
+    _PICKLED_PRIVATE = frozenset(("_sklearn_version", "_y_1d", "_pickled_state"))
+
+    def __getstate__(self) -> dict:
+        """The hyper-parameters, the fitted attributes, and a snapshot of the weights and
+        optimizer state; no onnxruntime object."""
+        state = {
+            k: v
+            for k, v in super().__getstate__().items()
+            if not k.startswith("_") or k in self._PICKLED_PRIVATE
+        }
+        if "_pickled_state" not in state and self._has_trained_state():
+            optimizer_state = self._steps.get_optimizer_state()
+            state["_pickled_state"] = (self.get_state(), optimizer_state, self._built_key)
+        return state
+
+    def _restore_pickled(self) -> None:
+        """Rebuild sessions and buffers of an unpickled trainer around its snapshot."""
+        pickled = self.__dict__.pop("_pickled_state", None)
+        if pickled is None:
+            return
+        weights, optimizer_state, built_key = pickled
+        fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and k[0] != "_"}
+        self._check_params()
+        self._prepare_model()
+        vars(self).update(fitted)
+        self._build_around(weights, optimizer_state)
+        self._built_key = built_key
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
         """scikit-learn's repr, with the model summarised instead of printed as protobuf text."""
@@ -212,57 +252,147 @@ class BaseTrainer(BaseEstimator):
         Raises
         ------
         OrtBenchError
-            For bad parameters or data, or a diverging loss (``get_state()`` then holds
-            the weights from before the epoch that diverged).
+            For bad parameters or data, or a diverging loss or weights (``get_state()``
+            then holds the weights from before the epoch that diverged).
+
+        Notes
+        -----
+        With ``warm_start=True`` a fitted trainer continues from its weights and
+        optimizer state. Hyper-parameters changed since (``set_params``) are honoured:
+        the graphs are rebuilt around the weights, and a new learning rate starts its
+        schedule where the previous one was; an optimizer state (momentum) restarts from
+        zero then, with a warning.
         """
         self._check_params()
-        warm = self.warm_start and hasattr(self, "model_")
-        if not warm:
+        warm = self.warm_start and self._has_trained_state()
+        if warm:
+            self._restore_pickled()
+        rebuild = not warm or self._build_key() != self._built_key
+        if rebuild:
+            state = self.get_state() if warm else None
+            optimizer_state = self._kept_optimizer_state() if warm else None
             self._prepare_model()
         X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=warm)
         val = None
         if X_val is not None:
             val = self._check_data(X_val, y_val, sample_weight_val, fitted_classes=True)
         if not warm:
-            self.learning_rate_ = clone(self.learning_rate or LearningRateSGD())
-            self.learning_rate_.init_learning_rate()
+            self.learning_rate_ = self._new_learning_rate()
             self.t_ = 0
             self.train_losses_ = []
             self.validation_losses_ = []
-        if not warm or self.batch_size != self._built_batch_size:
-            # the graphs have a static batch dimension: a warm start with another batch
-            # size rebuilds them around the weights (an optimizer state restarts at zero)
-            state = self.get_state() if warm else None
-            self._sessions = SessionMaker(self.device, self._choose_threads(), type(self).__name__)
-            quiet_logs()
-            self._build()
-            self._built_batch_size = self.batch_size
-            if state is not None:
-                self.set_state(state)
-        self._steps.set_learning_rate(self.learning_rate_.value)
+        elif repr(self.learning_rate_) != repr(self._new_learning_rate()):
+            # the schedule goes on from the samples seen, at the new hyper-parameters
+            self.learning_rate_ = self._new_learning_rate()
+            if self.t_:
+                self.learning_rate_.update_learning_rate(self.t_)
+        if rebuild:
+            self._build_around(state, optimizer_state)
+        self._steps.set_learning_rate(self._step_rate(0))
         if w is None:
             w = np.ones(len(X), dtype=np.float32)
-        loader = self._loader_for([X, Y, w], reuse=warm)
+        loader = self._loader_for([X, Y, w], reuse=warm and not rebuild)
         self._predictor = None
         start = time.perf_counter()
+        snapshot = self.get_state()
         for epoch in range(1, self.max_iter + 1):
-            snapshot = self.get_state()
             loss = float(self._run_epoch(loader))
-            if not np.isfinite(loss):
-                self.set_state(snapshot)
-                raise OrtBenchError(
-                    f"training diverged at epoch {epoch}: the loss is {loss}; get_state() "
-                    f"holds the weights from before that epoch (lower the learning rate)"
-                )
+            state = self.get_state()
+            if not np.isfinite(loss) or not all(map(_moderate, state.values())):
+                self._diverged(epoch, loss, snapshot)
+            snapshot = state
             self.train_losses_.append(loss)
             self.t_ += loader.n_samples
-            self._steps.set_learning_rate(self.learning_rate_.update_learning_rate(self.t_))
+            self._steps.set_learning_rate(self._step_rate(epoch))
             if val is not None and (epoch % self.validation_every == 0 or epoch == self.max_iter):
                 self.validation_losses_.append(self._validation_loss(*val))
             if self.verbose:
                 self._report(epoch, loss, time.perf_counter() - start)
         self.n_iter_ = len(self.train_losses_)
         return self
+
+    def _step_rate(self, epoch: int) -> float:
+        """The rate the steps use after ``epoch`` epochs of this fit (0: its first epoch's);
+        the schedule's ``t`` is ``self.t_``, the samples seen."""
+        if epoch:
+            self.learning_rate_.update_learning_rate(self.t_)
+        return self.learning_rate_.value
+
+    def _diverged(self, epoch: int, loss: float, snapshot: dict[str, np.ndarray]) -> None:
+        """Restore the weights from before ``epoch`` and raise the divergence error; the
+        optimizer state, no longer finite either, restarts at the next warm start."""
+        self.set_state(snapshot)
+        self._built_key = None
+        what = f"the loss is {loss}"
+        if np.isfinite(loss):
+            what = "its last update left weights whose squares overflow float32"
+        raise ConvergenceError(
+            f"training diverged at epoch {epoch}: {what}; get_state() holds the weights "
+            f"from before that epoch (lower the learning rate)"
+        )
+
+    def _new_learning_rate(self) -> BaseLearningRate:
+        rate = clone(self.learning_rate or LearningRateSGD())
+        return rate.init_learning_rate()
+
+    #: Hyper-parameters that do not change the graphs: a warm start keeps them built.
+    _RUN_PARAMS = frozenset(
+        (
+            "model_onnx",
+            "max_iter",
+            "verbose",
+            "warm_start",
+            "validation_every",
+            "random_state",
+            "shuffle",
+        )
+    )
+
+    def _build_key(self) -> str:
+        """What the graphs were built for: every other hyper-parameter, as text."""
+        params = self.get_params(deep=True)
+        return repr(sorted((k, repr(v)) for k, v in params.items() if k not in self._RUN_PARAMS))
+
+    def _has_trained_state(self) -> bool:
+        """Whether a previous fit left weights to continue from (fitted or unpickled)."""
+        return hasattr(self, "train_losses_") and (
+            hasattr(self, "_built_key") or hasattr(self, "_pickled_state")
+        )
+
+    def _kept_optimizer_state(self):
+        """The optimizer state a rebuild carries over: None (restart at zero) when the
+        learning rate changed or training diverged."""
+        if self._built_key is None or repr(self.learning_rate_) != repr(self._new_learning_rate()):
+            if self.learning_rate_.n_states:
+                warnings.warn(
+                    f"{type(self).__name__}: the optimizer state (momentum) restarts from "
+                    f"zero with the new hyper-parameters",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            return None
+        return self._steps.get_optimizer_state()
+
+    def _build_around(self, state, optimizer_state) -> None:
+        """Build the graphs and sessions, then load weights and optimizer state into them."""
+        self._sessions = SessionMaker(self.device, self._choose_threads(), type(self).__name__)
+        quiet_logs()
+        self._build()
+        self._built_key = self._build_key()
+        self._loader = None
+        if state is not None:
+            if isinstance(self.learning_rate_, LearningRateAdamW):
+                warnings.warn(
+                    f"{type(self).__name__}: AdamW's moments stay inside onnxruntime and "
+                    f"restart from zero when the graphs are rebuilt (warm start with new "
+                    f"hyper-parameters, or an unpickled trainer)",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            self.set_state(state)
+        if optimizer_state is not None:
+            self._steps.set_optimizer_state(optimizer_state)
+        self._predictor = None
 
     def _loader_for(self, arrays: list[np.ndarray], reuse: bool) -> BatchLoader:
         """The staged batches: the previous fit's, refilled, when a warm start allows it.
@@ -320,15 +450,53 @@ class BaseTrainer(BaseEstimator):
     # -- model and data ------------------------------------------------------------------
 
     def _prepare_model(self) -> None:
-        """Load the model and decide what to train through."""
+        """Load the model and decide what to train through, with which loss."""
         model = rewrite_linear_nodes(self.model_onnx)
-        self.model_ = model
         self.weights_ = check_weight_names(model, self.weights_to_train)
-        data_inputs = [i for i in model.graph.input if i.name not in self.weights_]
-        self._input = data_inputs[0]
-        self.output_name_ = training_output(model)
+        losses = self._loss_outputs(model)
+        model, self._input = data_input(model, self.weights_, losses)
+        self.model_ = model
+        self.output_name_ = training_output(model, losses)
+        self._proba_name = None
+        self._label_columns = None
+        loss = self._learning_loss()
+        predictions = [o.name for o in model.graph.output if o.name not in losses]
+        classifier = classifier_output(select_outputs(model, predictions) if losses else model)
+        if loss is None:
+            loss = NegLogLearningLoss() if classifier else SquareLearningLoss()
+        if loss.is_classification and classifier is not None:
+            loss = self._classifier_loss(loss, classifier)
+        self.learning_loss_ = loss
+        check_shapes(model, self._input, self.output_name_)
         self._train_model = select_outputs(model, [self.output_name_])
-        self.is_classifier_ = self._learning_loss().is_classification
+        self.is_classifier_ = loss.is_classification
+
+    def _loss_outputs(self, model: onnx.ModelProto) -> tuple[str, ...]:
+        """Outputs of the model that are a loss, not a prediction (none here)."""
+        return ()
+
+    def _classifier_loss(self, loss: BaseLearningLoss, classifier) -> BaseLearningLoss:
+        """The log loss on the raw scores behind a classifier's probabilities."""
+        name = classifier.probabilities
+        if classifier.function is None:
+            raise OrtBenchError(
+                f"the classifier's output {name!r} holds decision scores, not probabilities "
+                f"(no Sigmoid or Softmax makes it, as for SGDClassifier(loss='hinge')): the "
+                f"log loss cannot train it; convert a classifier that has predict_proba"
+            )
+        wanted = getattr(loss, "probability_function", None)
+        if wanted is None and isinstance(loss, NegLogLearningLoss):
+            loss = clone(loss).set_params(probability_function=classifier.function)
+        elif wanted != classifier.function:
+            raise OrtBenchError(
+                f"the model turns scores into probabilities with a {classifier.function}, "
+                f"not probability_function={wanted!r}: leave it None or set "
+                f"{classifier.function!r}"
+            )
+        self.output_name_ = classifier.scores
+        self._proba_name = name
+        self._label_columns = classifier.columns
+        return loss
 
     def _static_batch(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """A copy whose inputs and outputs have ``batch_size`` rows (see data.BatchLoader),
@@ -349,7 +517,7 @@ class BaseTrainer(BaseEstimator):
 
     def _check_data(self, X, y, sample_weight, fitted_classes: bool):
         """Validate and convert X, y and weights; one-hot encode labels for classifiers."""
-        X = _as_float_matrix(X, "X")
+        X = as_float_matrix(X, "X")
         n_features = _declared_features(self._input)
         if n_features is not None and X.shape[1] != n_features:
             raise OrtBenchError(f"X has {X.shape[1]} features, the model expects {n_features}")
@@ -369,13 +537,7 @@ class BaseTrainer(BaseEstimator):
             unknown = np.setdiff1d(y, self.classes_)
             if unknown.size:
                 raise OrtBenchError(f"y has labels {unknown[:5].tolist()} not seen when fitting")
-            width = columns or len(self.classes_)
-            if len(self.classes_) > width:
-                raise OrtBenchError(
-                    f"y has {len(self.classes_)} classes, the model outputs {width}"
-                )
-            Y = np.zeros((len(y), width), dtype=np.float32)
-            Y[np.arange(len(y)), np.searchsorted(self.classes_, y)] = 1
+            Y = self._one_hot(y, self._label_columns or columns or len(self.classes_))
         else:
             if not np.issubdtype(y.dtype, np.number):
                 raise OrtBenchError(f"y must be numeric, got dtype {y.dtype}")
@@ -387,15 +549,31 @@ class BaseTrainer(BaseEstimator):
             if not np.isfinite(Y).all():
                 raise OrtBenchError("y contains NaN or infinity")
             if columns is not None and Y.shape[1] != columns:
-                raise OrtBenchError(f"y has {Y.shape[1]} columns, the model outputs {columns}")
-        w = None
-        if sample_weight is not None:
-            w = np.ascontiguousarray(sample_weight, dtype=np.float32)
-            if w.shape != (len(X),):
-                raise OrtBenchError(f"sample_weight must have shape ({len(X)},), got {w.shape}")
-            if not np.isfinite(w).all() or (w < 0).any():
-                raise OrtBenchError("sample_weight must be finite and >= 0")
+                raise OrtBenchError(
+                    f"y has {Y.shape[1]} columns, the model outputs {columns}"
+                    + (
+                        ": class labels train with the log loss (NegLogLearningLoss)"
+                        if columns > 1 and np.issubdtype(y.dtype, np.integer)
+                        else ""
+                    )
+                )
+        w = None if sample_weight is None else check_sample_weight(sample_weight, len(X))
         return X, Y, w
+
+    def _one_hot(self, y: np.ndarray, width: int) -> np.ndarray:
+        """Float labels of the trained output's width: one column per class, or the
+        positive class alone when the model scores a binary problem with one column."""
+        n_classes = len(self.classes_)
+        if n_classes < 2:
+            raise OrtBenchError(f"y has one class ({self.classes_[0]!r}): a classifier needs two")
+        index = np.searchsorted(self.classes_, y)
+        if width == 1 and n_classes == 2:
+            return np.ascontiguousarray(index.reshape(-1, 1), dtype=np.float32)
+        if n_classes > width:
+            raise OrtBenchError(f"y has {n_classes} classes, the model outputs {width}")
+        Y = np.zeros((len(y), width), dtype=np.float32)
+        Y[np.arange(len(y)), index] = 1
+        return Y
 
     # -- evaluation ----------------------------------------------------------------------
 
@@ -404,7 +582,7 @@ class BaseTrainer(BaseEstimator):
         if getattr(self, "_val_sessions", None) is None:
             options = self._sessions.options("validation")
             forward = weights_as_inputs(self._train_model, self.weights_)
-            loss = self._learning_loss().build_onnx_function()
+            loss = self.learning_loss_.build_onnx_function()
             self._val_sessions = (
                 onnxruntime.InferenceSession(
                     forward.SerializeToString(), options, providers=providers(self.device)
@@ -420,6 +598,36 @@ class BaseTrainer(BaseEstimator):
         scale = (weights / weights.sum()).reshape(-1, 1)
         feeds = {"expected": Y, "predicted": predicted, "loss_scale": scale, "grad_scale": scale}
         return float(loss.run(["loss"], feeds)[0])
+
+    def losses(self, X, y) -> np.ndarray:
+        """Each sample's loss under the trained weights, through the trainer's loss.
+
+        Parameters
+        ----------
+        X : array-like (n, features)
+        y : array-like, as for :meth:`fit`
+
+        Returns
+        -------
+        numpy.ndarray (n,)
+            The loss term of each row summed over its outputs: no mean over rows, no
+            sample weight, no penalty.
+
+        Raises
+        ------
+        OrtBenchError
+            Before fit, or for data fit would refuse.
+        """
+        self._check_fitted()
+        X, Y, _ = self._check_data(X, y, None, fitted_classes=True)
+        if getattr(self, "_samples_session", None) is None:
+            model = self.learning_loss_.build_samples_function()
+            self._samples_session = onnxruntime.InferenceSession(
+                model.SerializeToString(), providers=providers(self.device)
+            )
+        predicted = self._predictions(X)[self.output_name_]
+        feeds = {"expected": Y, "predicted": predicted.reshape(Y.shape)}
+        return self._samples_session.run(None, feeds)[0]
 
     def get_trained_onnx(self) -> onnx.ModelProto:
         """The model as given (linear nodes rewritten) with the trained weights.
@@ -447,10 +655,12 @@ class BaseTrainer(BaseEstimator):
         return self.get_trained_onnx()
 
     def __sklearn_is_fitted__(self) -> bool:
-        """True once a fit has built the trainer's steps (scikit-learn's fitted check)."""
-        return hasattr(self, "_steps")
+        """True once a fit has built the trainer's steps, or for an unpickled fitted
+        trainer (scikit-learn's fitted check)."""
+        return hasattr(self, "_steps") or hasattr(self, "_pickled_state")
 
     def _check_fitted(self) -> None:
+        self._restore_pickled()
         if not self.__sklearn_is_fitted__():
             raise NotFittedTrainerError(
                 f"this {type(self).__name__} is not fitted yet: call fit first"
@@ -458,16 +668,18 @@ class BaseTrainer(BaseEstimator):
 
     def _predictions(self, X) -> dict[str, np.ndarray]:
         self._check_fitted()
-        X = _as_float_matrix(X, "X")
+        X = as_float_matrix(X, "X")
+        n_features = _declared_features(self._input)
+        if n_features is not None and X.shape[1] != n_features:
+            raise OrtBenchError(f"X has {X.shape[1]} features, the model expects {n_features}")
         if getattr(self, "_predictor", None) is None:
             model = self._prediction_model()
-            if self.output_name_ not in [o.name for o in model.graph.output]:
-                # trained through a tensor behind ZipMap: expose it too
-                model.graph.output.append(
-                    onnx.helper.make_tensor_value_info(
-                        self.output_name_, onnx.TensorProto.FLOAT, None
+            for name in (self.output_name_, self._proba_name):
+                if name and name not in [o.name for o in model.graph.output]:
+                    # trained through a tensor behind ZipMap or a Sigmoid: expose it too
+                    model.graph.output.append(
+                        onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
                     )
-                )
             self._predictor = onnxruntime.InferenceSession(
                 model.SerializeToString(), providers=providers(self.device)
             )
@@ -498,7 +710,7 @@ class BaseTrainer(BaseEstimator):
         """
         outputs = self._predictions(X)
         if self.is_classifier_:
-            proba = outputs[self.output_name_]
+            proba = self._probabilities(outputs)
             return self.classes_[np.argmax(proba[:, : len(self.classes_)], axis=1)]
         predicted = outputs[self.output_name_]
         return predicted.ravel() if self._y_1d and predicted.shape[1] == 1 else predicted
@@ -525,7 +737,10 @@ class BaseTrainer(BaseEstimator):
         self._check_fitted()
         if not self.is_classifier_:
             raise OrtBenchError("predict_proba needs a classifier (a log loss)")
-        return self._predictions(X)[self.output_name_]
+        return self._probabilities(self._predictions(X))
+
+    def _probabilities(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
+        return outputs[self._proba_name or self.output_name_]
 
     def score(self, X, y, sample_weight=None) -> float:
         """Accuracy for classifiers, R² for regressors, as scikit-learn defines them.
@@ -544,6 +759,7 @@ class BaseTrainer(BaseEstimator):
         float
             The score.
         """
+        self._check_fitted()
         if self.is_classifier_:
             return float(accuracy_score(y, self.predict(X), sample_weight=sample_weight))
         return float(r2_score(y, self.predict(X), sample_weight=sample_weight))
@@ -606,15 +822,9 @@ def _declared_features(value) -> int | None:
     return None
 
 
-def _as_float_matrix(X, name: str) -> np.ndarray:
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise OrtBenchError(f"{name} must be a 2-D array, got shape {X.shape}")
-    if len(X) == 0:
-        raise OrtBenchError(f"{name} is empty")
-    if not np.issubdtype(X.dtype, np.number):
-        raise OrtBenchError(f"{name} must be numeric, got dtype {X.dtype}")
-    X = np.ascontiguousarray(X, dtype=np.float32)
-    if not np.isfinite(X).all():
-        raise OrtBenchError(f"{name} contains NaN or infinity")
-    return X
+def _moderate(weight: np.ndarray) -> bool:
+    """Whether the squared norm of a weight is finite in float32: no NaN, no infinity, and
+    no value so large (beyond about 1e19) that the next forward pass would overflow."""
+    flat = weight.ravel()
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.dot(flat, flat)))

@@ -23,10 +23,86 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse
 from sklearn.utils import check_random_state
 
 from . import capi
+from .errors import OrtBenchError
 from .runtime import ort_device, parse_device
+
+
+def as_float_matrix(X, name: str) -> np.ndarray:
+    """``X`` as a contiguous float32 matrix of finite numbers.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        A numpy array, a list of rows, or a pandas DataFrame (nullable columns included:
+        their missing values count as NaN).
+    name : str
+        What the error messages call it.
+
+    Returns
+    -------
+    numpy.ndarray of float32
+
+    Raises
+    ------
+    OrtBenchError
+        For a sparse or complex matrix, another shape than 2-D, no row, a non-numeric
+        dtype, NaN or infinity.
+    """
+    if scipy.sparse.issparse(X):
+        raise OrtBenchError(f"{name} is a sparse matrix: pass a dense array ({name}.toarray())")
+    if hasattr(X, "to_numpy") and hasattr(X, "dtypes"):  # pandas, nullable dtypes included
+        try:
+            X = X.to_numpy(dtype=np.float32, na_value=np.nan)
+        except (TypeError, ValueError):
+            raise OrtBenchError(
+                f"{name} must be numeric, got columns of dtypes "
+                f"{sorted({str(d) for d in X.dtypes})}"
+            ) from None
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise OrtBenchError(f"{name} must be a 2-D array, got shape {X.shape}")
+    if len(X) == 0:
+        raise OrtBenchError(f"{name} is empty")
+    if np.issubdtype(X.dtype, np.complexfloating):
+        raise OrtBenchError(f"{name} is complex: pass its real part or its magnitude")
+    if not np.issubdtype(X.dtype, np.number) and X.dtype != bool:
+        raise OrtBenchError(f"{name} must be numeric, got dtype {X.dtype}")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    if not np.isfinite(X).all():
+        raise OrtBenchError(f"{name} contains NaN or infinity")
+    return X
+
+
+def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
+    """Sample weights as float32, refused when they would train nothing or overflow.
+
+    Raises
+    ------
+    OrtBenchError
+        For another shape than (n_samples,), a negative, NaN or infinite weight, weights
+        that are all zero, or weights whose float32 sum overflows.
+    """
+    try:
+        w = np.ascontiguousarray(sample_weight, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise OrtBenchError("sample_weight must be numeric") from None
+    if w.shape != (n_samples,):
+        raise OrtBenchError(f"sample_weight must have shape ({n_samples},), got {w.shape}")
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise OrtBenchError("sample_weight must be finite and >= 0")
+    with np.errstate(over="ignore"):
+        total = w.sum(dtype=np.float32)
+    if total == 0:
+        raise OrtBenchError("sample_weight is zero everywhere: nothing would be trained")
+    if not np.isfinite(total):
+        raise OrtBenchError(
+            "sample_weight sums beyond float32's range: divide the weights by their maximum"
+        )
+    return w
 
 
 @dataclass

@@ -16,7 +16,12 @@ from onnx import TensorProto, helper
 from . import capi
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
-from .graph_tools import check_weight_names, rewrite_linear_nodes, weights_as_inputs
+from .graph_tools import (
+    check_weight_names,
+    rewrite_linear_nodes,
+    trainable_initializers,
+    weights_as_inputs,
+)
 from .portable import vjp_graph
 from .runtime import check_training_build, first_line, quiet_logs, runtime_problem, session_options
 
@@ -35,10 +40,37 @@ def choose_backend(backend: str | None) -> str:
 
 
 class DerivativeOptions(enum.IntFlag):
-    """The seed's flags for :func:`onnx_derivative`, kept for compatibility."""
+    """The seed's flags for :func:`onnx_derivative`.
 
+    ``KeepYieldOp`` (alone): onnxruntime-training's forward/backward graph as its builder
+    makes it, with the YieldOp node between both passes; ``KeepOutputs``: the model's
+    outputs follow the gradients; ``FillGrad`` (with ``KeepOutputs``, as the seed
+    requires): the upstream gradient is ones instead of an input.
+    """
+
+    Zero = 0
+    KeepYieldOp = 1
     KeepOutputs = 2
     FillGrad = 4
+
+
+def _check_options(options) -> DerivativeOptions:
+    """The seed's validation of :class:`DerivativeOptions` combinations."""
+    known = sum(int(flag) for flag in DerivativeOptions)
+    if isinstance(options, bool) or not isinstance(options, int) or int(options) & ~known:
+        raise OrtBenchError(
+            f"options must combine DerivativeOptions flags (KeepYieldOp, KeepOutputs, "
+            f"FillGrad), got {options!r}"
+        )
+    options = DerivativeOptions(options)
+    if options & DerivativeOptions.KeepYieldOp and options != DerivativeOptions.KeepYieldOp:
+        raise OrtBenchError("DerivativeOptions.KeepYieldOp cannot be combined with other flags")
+    if options & DerivativeOptions.FillGrad and not options & DerivativeOptions.KeepOutputs:
+        raise OrtBenchError(
+            "DerivativeOptions.FillGrad needs KeepOutputs too: use "
+            "DerivativeOptions.FillGrad | DerivativeOptions.KeepOutputs"
+        )
+    return options
 
 
 def onnx_derivative(
@@ -57,8 +89,9 @@ def onnx_derivative(
     onx : onnx.ModelProto, bytes or path
         The model.
     weights : list of str, optional
-        The initializers to differentiate; by default :func:`trainable_initializers`,
-        ``[]`` for none.
+        The initializers to differentiate; by default :func:`trainable_initializers`
+        (none for a model without float initializers: its inputs are differentiated
+        then), ``[]`` for none.
     inputs : list of str, optional
         The float inputs to differentiate; by default every float input.
     keep_outputs : bool, default=False
@@ -66,7 +99,10 @@ def onnx_derivative(
     fill_grad : bool, default=False
         Take the upstream gradient as ones instead of adding inputs for it.
     options : DerivativeOptions, optional
-        The seed's flags; when given, they set ``keep_outputs`` and ``fill_grad``.
+        The seed's flags; when given, they set ``keep_outputs`` and ``fill_grad``,
+        validated as the seed did: ``FillGrad`` only with ``KeepOutputs``,
+        ``KeepYieldOp`` alone (onnxruntime-training's forward/backward graph with its
+        YieldOp node, ``backend='ort-training'`` only); other values are refused.
     backend : {'ort-training', 'portable'}, optional
         ``'ort-training'`` asks onnxruntime-training's gradient builder (its graph uses
         training-only kernels); ``'portable'`` builds it from standard operators only
@@ -84,14 +120,19 @@ def onnx_derivative(
     Raises
     ------
     OrtBenchError
-        For an unknown weight or input, nothing to differentiate, or a model the backend
-        cannot differentiate.
+        For an unknown weight or input, nothing to differentiate, invalid ``options``, or
+        a model the backend cannot differentiate.
     """
     backend = choose_backend(backend)
+    yield_op = False
     if options is not None:
+        options = _check_options(options)
         keep_outputs = bool(options & DerivativeOptions.KeepOutputs)
         fill_grad = bool(options & DerivativeOptions.FillGrad)
+        yield_op = bool(options & DerivativeOptions.KeepYieldOp)
     model = rewrite_linear_nodes(onx)
+    if weights is None and not trainable_initializers(model):
+        weights = []
     weights = check_weight_names(model, weights) if weights != [] else []
     float_inputs = [i.name for i in model.graph.input if i.type.tensor_type.elem_type == 1]
     if inputs is None:
@@ -103,6 +144,10 @@ def onnx_derivative(
             )
     if not inputs and not weights:
         raise OrtBenchError("onnx_derivative needs at least one weight or input to differentiate")
+    if yield_op:
+        if backend != "ort-training":
+            raise OrtBenchError("DerivativeOptions.KeepYieldOp needs backend='ort-training'")
+        return onnx.load_model_from_string(build_training_graph(model, weights, inputs).model)
     model = weights_as_inputs(model, weights)
     outputs = [o for o in model.graph.output if o.type.tensor_type.elem_type == 1]
     wanted = [f"{n}_grad" for n in [*inputs, *weights]]
@@ -179,17 +224,20 @@ class TrainingGraph:
     grad_names: list[str]
 
 
-def build_training_graph(onx: onnx.ModelProto, weights: list[str]) -> TrainingGraph:
+def build_training_graph(
+    onx: onnx.ModelProto, weights: list[str], inputs: list[str] | None = None
+) -> TrainingGraph:
     """Build the forward/backward graph of ``onx`` (one output) for its ``weights``.
 
     The weights become graph inputs: the trainer owns them as OrtValues and feeds them.
+    ``inputs`` names the inputs whose gradient the graph also computes (none by default).
     """
     check_training_build()
     model = weights_as_inputs(onx, weights)
     config = capi.OrtModuleGraphBuilderConfiguration()
     config.initializer_names = weights
     config.initializer_names_to_train = weights
-    config.input_names_require_grad = []
+    config.input_names_require_grad = list(inputs or [])
     config.build_gradient_graph = True
     quiet_logs()
     builder = capi.OrtModuleGraphBuilder()

@@ -11,6 +11,13 @@ class OrtBenchError(ValueError):
     """
 
 
+class ConvergenceError(OrtBenchError):
+    """Training diverged: the loss of an epoch is NaN or infinite.
+
+    The trainer's weights are those from before that epoch.
+    """
+
+
 class NotFittedTrainerError(OrtBenchError, NotFittedError):
     """A trainer used before its first fit: an :class:`OrtBenchError` that scikit-learn's
     tooling recognises as its own ``NotFittedError``."""

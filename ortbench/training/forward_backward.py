@@ -16,7 +16,7 @@ from .base import BaseTrainer, shared_docstring
 from .errors import OrtBenchError
 from .graph_tools import bias_names
 from .learning_rates import BaseLearningRate, LearningRateAdamW
-from .losses import BaseLearningLoss, SquareLearningLoss
+from .losses import BaseLearningLoss
 from .penalties import BaseLearningPenalty, NoLearningPenalty
 from .split import SplitSteps
 
@@ -35,7 +35,8 @@ class ForwardBackwardTrainer(BaseTrainer):
     ----------
     {model_parameters}
     learning_loss : BaseLearningLoss, optional
-        ``SquareLearningLoss()`` by default.
+        By default ``NegLogLearningLoss()`` for a classifier graph (trained through the
+        raw scores behind its Sigmoid or Softmax) and ``SquareLearningLoss()`` otherwise.
     learning_penalty : BaseLearningPenalty, optional
         No penalty by default.
     learning_rate : BaseLearningRate, optional
@@ -77,11 +78,27 @@ class ForwardBackwardTrainer(BaseTrainer):
     ):
         self._keep_params(locals())
 
-    def _learning_loss(self) -> BaseLearningLoss:
-        return self.learning_loss or SquareLearningLoss()
+    def _learning_loss(self) -> BaseLearningLoss | None:
+        loss = self.learning_loss
+        if loss is not None and not isinstance(loss, BaseLearningLoss):
+            raise OrtBenchError(
+                f"learning_loss must be a BaseLearningLoss object such as "
+                f"NegLogLearningLoss(), got {type(loss).__name__} {loss!r}"
+            )
+        if loss is not None:
+            loss.check()
+        return loss
 
     def _penalty(self) -> BaseLearningPenalty:
-        return self.learning_penalty or NoLearningPenalty()
+        penalty = self.learning_penalty
+        if penalty is not None and not isinstance(penalty, BaseLearningPenalty):
+            raise OrtBenchError(
+                f"learning_penalty must be a BaseLearningPenalty object such as "
+                f"ElasticLearningPenalty(l1=0, l2=1e-4), got {type(penalty).__name__} {penalty!r}"
+            )
+        penalty = penalty or NoLearningPenalty()
+        penalty.check()
+        return penalty
 
     def _build(self) -> None:
         if isinstance(self.learning_rate_, LearningRateAdamW):
@@ -92,11 +109,8 @@ class ForwardBackwardTrainer(BaseTrainer):
             static,
             self.weights_,
             bias_names(self._train_model, self.weights_),
-            self._learning_loss(),
+            self.learning_loss_,
             self._penalty(),
             self.learning_rate_,
             self._sessions,
         )
-
-
-OrtGradientForwardBackwardOptimizer = ForwardBackwardTrainer

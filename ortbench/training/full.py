@@ -12,11 +12,10 @@ from functools import partial
 
 from .base import BaseTrainer, shared_docstring
 from .data import Batch
-from .errors import OrtBenchError
 from .fused import FusedSteps
 from .graph_tools import select_outputs
 from .learning_rates import BaseLearningRate
-from .loss_graph import add_loss_output
+from .loss_graph import add_loss_output, scalar_loss, tensor_names, unique_name
 from .losses import BaseLearningLoss, loss_from_name
 from .on_device import OnDeviceSteps
 
@@ -33,8 +32,10 @@ class FullTrainer(BaseTrainer):
     Parameters
     ----------
     {model_parameters}
-    loss : {'squared_error', 'absolute_error', 'elastic', 'log'}, default='squared_error'
-        The loss appended to the model (see :func:`add_loss_output`).
+    loss : {'squared_error', 'absolute_error', 'elastic', 'log'} or BaseLearningLoss, optional
+        The loss appended to the model (see :func:`add_loss_output`). By default 'log'
+        for a classifier graph (trained through the raw scores behind its Sigmoid or
+        Softmax, with a stable log-sigmoid or log-softmax) and 'squared_error' otherwise.
     penalty : dict, optional
         ``{'coef': {'l1': a, 'l2': b}}`` regularises the named weights.
     learning_rate : BaseLearningRate, optional
@@ -63,7 +64,7 @@ class FullTrainer(BaseTrainer):
         self,
         model_onnx=None,
         weights_to_train: list[str] | None = None,
-        loss: str = "squared_error",
+        loss: str | BaseLearningLoss | None = None,
         penalty: dict | None = None,
         learning_rate: BaseLearningRate | None = None,
         batch_size: int = 10,
@@ -80,19 +81,24 @@ class FullTrainer(BaseTrainer):
     ):
         self._keep_params(locals())
 
-    def _learning_loss(self) -> BaseLearningLoss:
-        return loss_from_name(self.loss)
+    def _learning_loss(self) -> BaseLearningLoss | None:
+        return None if self.loss is None else loss_from_name(self.loss)
+
+    def _loss_outputs(self, model) -> tuple[str, ...]:
+        outputs = [o.name for o in model.graph.output]
+        return (self.loss_output_name,) if self.loss_output_name in outputs else ()
 
     def _prepare_model(self) -> None:
+        self._loss_in_model = False
         super()._prepare_model()
-        outputs = [o.name for o in self.model_.graph.output]
-        self._loss_in_model = self.loss_output_name in outputs
-        if self._loss_in_model:
-            others = [o for o in outputs if o != self.loss_output_name]
-            if not others:
-                raise OrtBenchError("the model outputs only its loss: nothing to predict with")
-            self.output_name_ = others[0]
-            self._train_model = select_outputs(self.model_, [self.output_name_])
+        self._loss_in_model = bool(self._loss_outputs(self.model_))
+        if self._loss_in_model and self.is_classifier_:
+            # the model's own loss reads one-hot labels as wide as its label input
+            data = [i for i in self.model_.graph.input if i.name not in self.weights_]
+            labels = [i for i in data if i.name != self._input.name]
+            dims = labels[0].type.tensor_type.shape.dim if labels else []
+            if len(dims) == 2 and dims[1].dim_value > 0:
+                self._label_columns = dims[1].dim_value
 
     def _prediction_model(self):
         model = self.get_trained_onnx()
@@ -102,17 +108,21 @@ class FullTrainer(BaseTrainer):
         return model
 
     def _build(self) -> None:
+        loss_name = self.loss_output_name
         if self._loss_in_model:
-            with_loss = self.model_
+            with_loss = scalar_loss(self.model_, loss_name)
         else:
+            # new names the model does not use (an input may be called 'label')
+            names = tensor_names(self._train_model.graph)
+            loss_name = unique_name(names, loss_name)
             with_loss = add_loss_output(
                 self._train_model,
-                score_name=self.loss,
-                loss_name=self.loss_output_name,
-                scale_name="loss_scale",
+                score_name=self.learning_loss_,
+                loss_name=loss_name,
+                scale_name=unique_name(names, "loss_scale"),
                 penalty=self.penalty,
             )
-        with_loss = self._static_batch(select_outputs(with_loss, [self.loss_output_name]))
+        with_loss = self._static_batch(select_outputs(with_loss, [loss_name]))
         n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
         feeds = partial(batch_feeds, n_feeds=n_feeds, loss_scale=not self._loss_in_model)
         if self._backend == "portable":
@@ -122,7 +132,7 @@ class FullTrainer(BaseTrainer):
                 self.learning_rate_,
                 self._sessions,
                 feeds,
-                self.loss_output_name,
+                loss_name,
             )
         else:
             self._steps = OnDeviceSteps(
@@ -152,6 +162,3 @@ def batch_feeds(batch: Batch, n_feeds: int, loss_scale: bool) -> tuple:
     if loss_scale:
         return (*batch.values[:2], batch.loss_scale)
     return batch.values[:n_feeds]
-
-
-OrtGradientOptimizer = FullTrainer

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx.external_data_helper
+import onnx.version_converter
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import OrtBenchError
@@ -32,14 +35,53 @@ def load_model(model_onnx) -> onnx.ModelProto:
             raise OrtBenchError(f"model file not found: {path}")
         with open(path, "rb") as f:
             model = _parse(f.read(), path)
+        _load_external_data(model, os.path.dirname(os.path.abspath(path)))
     else:
         raise OrtBenchError(
             f"model_onnx must be an onnx.ModelProto, bytes or a path, got {type(model_onnx).__name__}"
         )
+    external = _external_tensors(model)
+    if external:
+        raise OrtBenchError(
+            f"tensor {external[0].name!r} is stored in an external file: give the model by "
+            f"the path of its .onnx file, next to which that file is read"
+        )
     if len(model.graph.node) == 0:
         raise OrtBenchError("the ONNX model has no node")
-    _fit_opset(model)
-    return model
+    return _fit_opset(model)
+
+
+def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """The initializers whose values are still in an external file."""
+    return [t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+
+
+def _load_external_data(model: onnx.ModelProto, folder: str) -> None:
+    """Read the external data of ``model`` from files inside ``folder`` (the model's own
+    folder, never the working directory); refuse a location that leads outside it."""
+    tensors = _external_tensors(model)
+    if not tensors:
+        return
+    root = os.path.realpath(folder)
+    for tensor in tensors:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        target = os.path.realpath(os.path.join(root, location))
+        if os.path.isabs(location) or os.path.commonpath([root, target]) != root:
+            raise OrtBenchError(
+                f"tensor {tensor.name!r} is stored in {location!r}, outside the model's "
+                f"folder: move the data file next to the model and save it with a relative "
+                f"location"
+            )
+        if not os.path.isfile(target):
+            raise OrtBenchError(
+                f"tensor {tensor.name!r} is stored in {location!r}, which is not in the "
+                f"model's folder {folder}"
+            )
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, root)
+    except (OSError, ValueError) as e:
+        reason = " ".join(str(e).split())
+        raise OrtBenchError(f"the model's external data cannot be read: {reason}") from None
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
@@ -52,12 +94,20 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
     return model
 
 
-def _fit_opset(model: onnx.ModelProto) -> None:
+#: The lowest ai.onnx opset trained as it is: older models (skl2onnx writes opset 9 for a
+#: LogisticRegression) are converted to :data:`MAX_OPSET` first, since the loss nodes, the
+#: linear-node rewrite and the portable gradients use the opset-13 forms of their operators.
+MIN_OPSET = 13
+
+
+def _fit_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     versions: dict[str, int] = {}
     for opset in model.opset_import:
         domain = "" if opset.domain == "ai.onnx" else opset.domain
         versions[domain] = max(versions.get(domain, 0), opset.version)
     main = versions.get("", MAX_OPSET)
+    if main < MIN_OPSET:
+        return _convert_opset(model, main)
     if main > MAX_OPSET:
         for node in model.graph.node:
             if node.domain in ("", "ai.onnx") and _changed_after(node.op_type, main):
@@ -70,6 +120,25 @@ def _fit_opset(model: onnx.ModelProto) -> None:
     del model.opset_import[:]
     model.opset_import.extend(helper.make_opsetid(d, v) for d, v in versions.items())
     model.ir_version = min(model.ir_version or MAX_IR_VERSION, MAX_IR_VERSION)
+    return model
+
+
+def _convert_opset(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
+    """``model`` converted from ai.onnx opset ``version`` to :data:`MAX_OPSET`."""
+    try:
+        converted = onnx.version_converter.convert_version(model, MAX_OPSET)
+    except Exception as e:  # the converter raises RuntimeError, ValidationError, ...
+        reason = " ".join(str(e).split())[:200]
+        raise OrtBenchError(
+            f"the model uses opset {version}, which onnx cannot convert to opset {MAX_OPSET} "
+            f"({type(e).__name__}: {reason}): convert it again with target_opset={MAX_OPSET}"
+        ) from None
+    converted.ir_version = min(converted.ir_version or MAX_IR_VERSION, MAX_IR_VERSION)
+    declared = {o.name: o for o in model.graph.output}
+    for output in converted.graph.output:  # the converter drops a ZipMap's sequence type
+        if not output.type.WhichOneof("value") and output.name in declared:
+            output.type.CopyFrom(declared[output.name].type)
+    return converted
 
 
 def _changed_after(op_type: str, version: int) -> bool:
@@ -126,6 +195,7 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
         weights = trainable_initializers(onx)
         if not weights:
             raise OrtBenchError("the model has nothing to train: no float initializer")
+        _check_trainable(onx, weights)
         return weights
     if isinstance(weights, str):
         weights = [weights]
@@ -139,7 +209,29 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
             raise OrtBenchError(f"weight {name!r} is not a float tensor and cannot be trained")
     if not weights:
         raise OrtBenchError("the model has nothing to train: weights_to_train is empty")
+    _check_trainable(onx, weights)
     return list(weights)
+
+
+def _check_trainable(onx: onnx.ModelProto, weights: list[str]) -> None:
+    """Refuse double and float16 weights (the engine's buffers and updates are float32),
+    and weights read only inside the subgraph of an If, Loop or Scan node."""
+    read = {name for node in onx.graph.node for name in node.input}
+    for node in onx.graph.node:
+        inside = _subgraph_reads(node) & set(weights) - read
+        if inside:
+            raise OrtBenchError(
+                f"weight {sorted(inside)[0]!r} is read only inside the subgraph of "
+                f"{node.op_type} node {node.name!r}: ortbench cannot differentiate through "
+                f"control flow; leave it out of weights_to_train"
+            )
+    for init in onx.graph.initializer:
+        if init.name in weights and init.data_type != TensorProto.FLOAT:
+            kind = helper.tensor_dtype_to_np_dtype(init.data_type).name
+            raise OrtBenchError(
+                f"weight {init.name!r} is {kind}: ortbench trains float32 weights; convert "
+                f"the model in float32 (e.g. to_onnx(model, X[:1].astype(np.float32)))"
+            )
 
 
 def onnx_rename_weights(onx: onnx.ModelProto) -> onnx.ModelProto:
@@ -180,10 +272,141 @@ def weights_as_inputs(onx: onnx.ModelProto, weights: list[str]) -> onnx.ModelPro
     return model
 
 
-def training_output(onx: onnx.ModelProto) -> str:
-    """The output a loss applies to: the first float tensor output, looking through ZipMap."""
+def data_input(
+    onx: onnx.ModelProto, weights: list[str], ignored_outputs: tuple[str, ...] = ()
+) -> tuple[onnx.ModelProto, onnx.ValueInfoProto]:
+    """The model without the inputs nothing reads, and the one data input it predicts from.
+
+    ``ignored_outputs`` (a loss the model outputs) do not count: the inputs only they
+    read (labels, weights) are not data inputs.
+
+    Returns
+    -------
+    model : onnx.ModelProto
+        ``onx`` itself, or a copy without its unused inputs.
+    data : onnx.ValueInfoProto
+        The float tensor input the features are fed to.
+
+    Raises
+    ------
+    OrtBenchError
+        When the predictions read no float input, several inputs, or a non-float one.
+    """
+    graph = onx.graph
+    constants = {i.name for i in graph.initializer} | set(weights)
+    producers = {o: n for n in graph.node for o in n.output}
+    outputs = [o.name for o in graph.output if o.name not in ignored_outputs]
+    read = _ancestors(producers, outputs)
+    everything = _ancestors(producers, [o.name for o in graph.output])
+    data = [i for i in graph.input if i.name not in constants]
+    inputs = [i for i in data if i.name in read]
+    if len(inputs) == 1 and inputs[0].type.tensor_type.elem_type in FLOAT_TYPES:
+        unused = {i.name for i in data} - everything
+        return (_without_inputs(onx, unused) if unused else onx), inputs[0]
+    described = ", ".join(f"{i.name!r} ({_type_name(i)})" for i in inputs) or "none"
+    raise OrtBenchError(
+        f"ortbench feeds one float input, the model reads {described}: convert it with a "
+        f"single float tensor input (e.g. to_onnx(model, X[:1].astype(np.float32)))"
+    )
+
+
+def _ancestors(producers: dict, names: list[str]) -> set[str]:
+    """Every tensor name the given tensors are computed from, themselves included."""
+    seen, stack = set(), list(names)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producers.get(name)
+        if node is not None:
+            stack.extend(node.input)
+            stack.extend(_subgraph_reads(node))
+    return seen
+
+
+def check_shapes(onx: onnx.ModelProto, data: onnx.ValueInfoProto, output: str) -> None:
+    """Refuse what the trainers cannot train: a data input that is not a matrix, a trained
+    output that is not (n, k), declared shapes that contradict the nodes.
+
+    Raises
+    ------
+    OrtBenchError
+        Naming the tensor and the shape it should have.
+    """
+    tensor = data.type.tensor_type
+    if not tensor.HasField("shape") or len(tensor.shape.dim) != 2:
+        shape = _shape_text(tensor)
+        raise OrtBenchError(
+            f"the model's input {data.name!r} has shape {shape}: ortbench feeds (n, features) "
+            f"matrices; convert the model with an input of shape [None, n_features]"
+        )
+    try:
+        inferred = onnx.shape_inference.infer_shapes(onx, strict_mode=True)
+    except onnx.shape_inference.InferenceError as e:
+        if "differ" not in str(e) and "mismatch" not in str(e):
+            return  # an operator onnx cannot infer: nothing known to contradict
+        reason = " ".join(str(e).split())[:200]
+        raise OrtBenchError(
+            f"the model's declared shapes contradict its nodes ({reason}): fix or remove the "
+            f"declared shapes of its outputs and value infos"
+        ) from None
+    graph = inferred.graph
+    for value in [*graph.value_info, *graph.output]:
+        out = value.type.tensor_type
+        if value.name == output and out.HasField("shape") and len(out.shape.dim) != 2:
+            raise OrtBenchError(
+                f"the model's output {output!r} has shape {_shape_text(out)}: ortbench trains "
+                f"(n, outputs) outputs; make it (n, 1) (Unsqueeze or Reshape its result)"
+            )
+
+
+def _shape_text(tensor) -> str:
+    if not tensor.HasField("shape"):
+        return "unknown"
+    dims = [d.dim_value if d.HasField("dim_value") else "n" for d in tensor.shape.dim]
+    return f"({', '.join(map(str, dims))})"
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Names the subgraphs of a node (If, Loop, Scan) read from the outer scope."""
+    names = set()
+    for attribute in node.attribute:
+        for sub in (
+            [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs
+        ):
+            for inner in sub.node:
+                names.update(inner.input)
+                names |= _subgraph_reads(inner)
+    return names
+
+
+def _without_inputs(onx: onnx.ModelProto, names: set[str]) -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    kept = [i for i in model.graph.input if i.name not in names]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    return model
+
+
+def _type_name(value: onnx.ValueInfoProto) -> str:
+    if not value.type.HasField("tensor_type"):
+        return value.type.WhichOneof("value") or "no type"
+    return (
+        helper.tensor_dtype_to_string(value.type.tensor_type.elem_type)
+        .replace("TensorProto.", "")
+        .lower()
+    )
+
+
+def training_output(onx: onnx.ModelProto, ignored: tuple[str, ...] = ()) -> str:
+    """The output a loss applies to: the first float tensor output, looking through ZipMap,
+    among those not ``ignored`` (a loss the model outputs)."""
     producers = {o: n for n in onx.graph.node for o in n.output}
     for out in onx.graph.output:
+        if out.name in ignored:
+            continue
         node = producers.get(out.name)
         if node is not None and node.op_type == "ZipMap":
             return node.input[0]
@@ -191,6 +414,101 @@ def training_output(onx: onnx.ModelProto) -> str:
         if out.type.HasField("tensor_type") and tensor.elem_type in FLOAT_TYPES:
             return out.name
     raise OrtBenchError("the model has no float output to train through")
+
+
+@dataclass
+class ClassifierOutput:
+    """Where a classifier graph's class probabilities come from.
+
+    ``probabilities`` is the (n, classes) probability tensor (behind ZipMap when there is
+    one); ``scores`` the raw scores a Sigmoid or a Softmax turns into them (the same
+    tensor when no such function was found); ``function`` is ``'sigmoid'``,
+    ``'softmax'`` or None (the output holds decision scores, not probabilities);
+    ``columns`` is the width of ``scores`` when the graph declares or implies it.
+    """
+
+    probabilities: str
+    scores: str
+    function: str | None
+    columns: int | None
+
+
+def classifier_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
+    """The probability output of a classifier graph, or None for another graph.
+
+    A classifier graph outputs labels (an int64 or string tensor) and scores, or a ZipMap
+    of probabilities. The raw scores are the input of the Sigmoid or Softmax closest to
+    the probabilities (or of skl2onnx's one-vs-rest ``1 / (1 + exp(-s))``), provided every
+    weight the probabilities read is read before it.
+    """
+    graph = onx.graph
+    producers = {o: n for n in graph.node for o in n.output}
+    kinds = []
+    for out in graph.output:
+        node = producers.get(out.name)
+        if node is not None and node.op_type == "ZipMap":
+            kinds.append("zipmap")
+        elif out.type.HasField("tensor_type"):
+            elem = out.type.tensor_type.elem_type
+            kinds.append("float" if elem in FLOAT_TYPES else "label")
+    if "zipmap" not in kinds and not ("label" in kinds and "float" in kinds):
+        return None
+    probabilities = training_output(onx)
+    scores, function = _probability_function(onx, producers, probabilities)
+    columns = _static_width(onx, scores)
+    return ClassifierOutput(probabilities, scores, function, columns)
+
+
+def _probability_function(onx, producers, probabilities: str) -> tuple[str, str | None]:
+    """(raw scores, 'sigmoid' | 'softmax') behind ``probabilities``, or (it, None)."""
+    constants = {i.name: numpy_helper.to_array(i) for i in onx.graph.initializer}
+
+    def constant_is(name, value):
+        return name in constants and np.allclose(constants[name], value)
+
+    def producer(name, op_type):
+        node = producers.get(name)
+        return node if node is not None and node.op_type == op_type else None
+
+    queue, seen = [probabilities], set()
+    while queue:
+        name = queue.pop(0)
+        node = producers.get(name)
+        if node is None or name in seen:
+            continue
+        seen.add(name)
+        found = None
+        if node.op_type in ("Sigmoid", "Softmax"):
+            found = node.input[0], node.op_type.lower()
+        elif node.op_type == "Reciprocal":  # skl2onnx's one-vs-rest 1 / (exp(-s) + 1)
+            add = producer(node.input[0], "Add")
+            exp = add and next((producer(i, "Exp") for i in add.input if producer(i, "Exp")), None)
+            if exp and any(constant_is(i, 1.0) for i in add.input):
+                neg = producer(exp.input[0], "Mul")
+                if neg and constant_is(neg.input[1], -1.0):
+                    found = neg.input[0], "sigmoid"
+                elif producer(exp.input[0], "Neg"):
+                    found = producers[exp.input[0]].input[0], "sigmoid"
+        if found and _weights_read(onx, producers, found[0]) == _weights_read(
+            onx, producers, probabilities
+        ):
+            return found
+        queue.extend(node.input)
+    return probabilities, None
+
+
+def _weights_read(onx, producers, name: str) -> set[str]:
+    """The trainable initializers a tensor depends on."""
+    return _ancestors(producers, [name]) & set(trainable_initializers(onx))
+
+
+def _static_width(onx: onnx.ModelProto, name: str) -> int | None:
+    """The second dimension of a 2-D tensor, when shape inference knows it."""
+    try:
+        shape = inferred_shapes(onx)[0].get(name)
+    except onnx.shape_inference.InferenceError:
+        return None
+    return shape[1] if shape is not None and len(shape) == 2 else None
 
 
 def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
@@ -205,6 +523,7 @@ def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
         if needed.intersection(node.output):
             kept.append(node)
             needed.update(node.input)
+            needed.update(_subgraph_reads(node))
     del graph.node[:]
     graph.node.extend(reversed(kept))
     del graph.output[:]
@@ -212,7 +531,8 @@ def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
         shapes[n] if n in shapes else helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
         for n in names
     )
-    used = {name for node in graph.node for name in node.input} | set(names)
+    used = {name for node in graph.node for name in [*node.input, *_subgraph_reads(node)]}
+    used |= set(names)
     kept_inits = [i for i in graph.initializer if i.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept_inits)

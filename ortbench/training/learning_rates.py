@@ -28,10 +28,15 @@ five passes.
 
 ``learning_rate='constant'`` (the default, as in MLPRegressor) keeps eta0;
 ``'invscaling'`` sets lr = eta0 / (t + 1) ** power_t at the end of each epoch, t being
-the number of samples seen so far.
+the number of samples seen so far; ``'optimal'`` is SGDRegressor's schedule,
+lr = 1 / (alpha * (t0 + t)), with Bottou's t0 = 1 / (alpha * sqrt(1 / sqrt(alpha))) as
+scikit-learn chooses it for its regression and log losses (eta0 is not used). The rate
+changes once per epoch where scikit-learn's SGD changes it after every sample.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 import onnx
@@ -41,7 +46,7 @@ from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .penalties import BaseLearningPenalty, NoLearningPenalty
 
-_SCHEDULES = ("constant", "invscaling")
+_SCHEDULES = ("constant", "invscaling", "optimal")
 
 
 class BaseLearningRate(BaseEstimator):
@@ -51,11 +56,14 @@ class BaseLearningRate(BaseEstimator):
     ----------
     eta0 : float, default=0.01
         The initial learning rate.
-    learning_rate : {'constant', 'invscaling'}, default='constant'
-        The schedule: ``'invscaling'`` sets ``eta0 / (t + 1) ** power_t`` at the end of
-        each epoch, ``t`` being the samples seen so far.
+    alpha : float, default=0.0001
+        The constant of ``'optimal'``.
     power_t : float, default=0.25
         The exponent of ``'invscaling'``.
+    learning_rate : {'constant', 'invscaling', 'optimal'}, default='constant'
+        The schedule: ``'invscaling'`` sets ``eta0 / (t + 1) ** power_t`` at the end of
+        each epoch, ``t`` being the samples seen so far; ``'optimal'`` sets
+        ``1 / (alpha * (t0 + t))`` as SGDRegressor does (see the module's docstring).
 
     Attributes
     ----------
@@ -66,15 +74,63 @@ class BaseLearningRate(BaseEstimator):
     #: Tensors of optimizer state kept per weight: 0 (SGD) or 1 (momentum).
     n_states = 0
 
-    def __init__(self, eta0: float = 0.01, learning_rate: str = "constant", power_t: float = 0.25):
+    def __init__(
+        self,
+        eta0: float = 0.01,
+        alpha: float = 0.0001,
+        power_t: float = 0.25,
+        learning_rate: str = "constant",
+    ):
         self.eta0 = eta0
-        self.learning_rate = learning_rate
+        self.alpha = alpha
         self.power_t = power_t
+        self.learning_rate = learning_rate
+
+    @classmethod
+    def select(cls, learning_rate=None, **kwargs) -> BaseLearningRate:
+        """The learning rate object a trainer's ``learning_rate`` parameter names.
+
+        Parameters
+        ----------
+        learning_rate : BaseLearningRate, float, str or None
+            An object (returned as it is), a float (the seed's default schedule,
+            ``LearningRateSGD(eta0=value, learning_rate='invscaling')``), a name:
+            ``'SGD'`` or ``'LearningRateSGD'``, ``'Nesterov'``, ``'SGDNesterov'`` or
+            ``'LearningRateSGDNesterov'`` (with the seed's schedule too, 'invscaling',
+            unless ``kwargs`` says otherwise), or None (``LearningRateSGD()``).
+        **kwargs
+            Parameters of the class a name selects.
+
+        Returns
+        -------
+        BaseLearningRate
+
+        Raises
+        ------
+        OrtBenchError
+            For any other value.
+        """
+        if isinstance(learning_rate, BaseLearningRate):
+            return learning_rate
+        if learning_rate is None:
+            return LearningRateSGD(**kwargs)
+        if isinstance(learning_rate, (float, int)) and not isinstance(learning_rate, bool):
+            return LearningRateSGD(eta0=float(learning_rate), learning_rate="invscaling")
+        for klass, names in _NAMES.items():
+            if learning_rate in names:
+                return klass(**{"learning_rate": "invscaling", **kwargs})
+        known = sorted(n for names in _NAMES.values() for n in names)
+        raise OrtBenchError(
+            f"unknown learning rate {learning_rate!r}: give a float, a BaseLearningRate or "
+            f"one of {known}"
+        )
 
     def check(self) -> None:
         """Raise a one-line error for invalid hyper-parameters."""
         if not self.eta0 > 0:
             raise OrtBenchError(f"eta0 must be > 0, got {self.eta0}")
+        if self.learning_rate == "optimal" and not self.alpha > 0:
+            raise OrtBenchError(f"the 'optimal' schedule needs alpha > 0, got {self.alpha}")
         if self.learning_rate not in _SCHEDULES:
             raise OrtBenchError(
                 f"learning_rate must be one of {_SCHEDULES}, got {self.learning_rate!r}"
@@ -84,13 +140,42 @@ class BaseLearningRate(BaseEstimator):
         """Start the schedule: ``value`` is the rate of the first epoch."""
         self.check()
         self.value = float(self.eta0)
+        if self.learning_rate == "optimal":
+            self.value = self._optimal(0)
         return self
 
     def update_learning_rate(self, t: int) -> float:
         """End of an epoch after ``t`` samples seen in all: the next epoch's rate."""
         if self.learning_rate == "invscaling":
             self.value = float(self.eta0) / (t + 1) ** self.power_t
+        elif self.learning_rate == "optimal":
+            self.value = self._optimal(t)
         return self.value
+
+    def _optimal(self, t: int) -> float:
+        alpha = float(self.alpha)
+        t0 = 1.0 / (alpha * np.sqrt(1.0 / np.sqrt(alpha)))
+        return float(1.0 / (alpha * (t0 + t)))
+
+    def loop(self, n: int = 1000, samples_per_epoch: int = 1) -> Iterator[float]:
+        """Yield the rates of ``n`` successive epochs, as a fit would use them.
+
+        Parameters
+        ----------
+        n : int
+            How many rates.
+        samples_per_epoch : int
+            Samples seen by an epoch (the schedules count samples).
+
+        Returns
+        -------
+        iterator of float
+            The first epoch's rate, then the rate after each epoch.
+        """
+        self.init_learning_rate()
+        for epoch in range(n):
+            yield self.value
+            self.update_learning_rate((epoch + 1) * samples_per_epoch)
 
     def gradient_scale(self) -> float:
         """What multiplies ``-lr * g`` in the step ``e``."""
@@ -191,7 +276,7 @@ class LearningRateSGD(BaseLearningRate):
 
     Parameters
     ----------
-    eta0, learning_rate, power_t
+    eta0, alpha, power_t, learning_rate
         The schedule, as :class:`BaseLearningRate` takes it.
     """
 
@@ -201,7 +286,7 @@ class LearningRateSGDNesterov(BaseLearningRate):
 
     Parameters
     ----------
-    eta0, learning_rate, power_t
+    eta0, alpha, power_t, learning_rate
         The schedule, as :class:`BaseLearningRate` takes it.
     momentum : float, default=0.9
         In [0, 1).
@@ -214,12 +299,13 @@ class LearningRateSGDNesterov(BaseLearningRate):
     def __init__(
         self,
         eta0: float = 0.01,
-        learning_rate: str = "constant",
+        alpha: float = 0.0001,
         power_t: float = 0.25,
+        learning_rate: str = "constant",
         momentum: float = 0.9,
         nesterov: bool = True,
     ):
-        super().__init__(eta0=eta0, learning_rate=learning_rate, power_t=power_t)
+        super().__init__(eta0=eta0, alpha=alpha, power_t=power_t, learning_rate=learning_rate)
         self.momentum = momentum
         self.nesterov = nesterov
 
@@ -241,7 +327,7 @@ class LearningRateAdamW(BaseLearningRate):
 
     Parameters
     ----------
-    eta0, learning_rate, power_t
+    eta0, alpha, power_t, learning_rate
         The schedule, as :class:`BaseLearningRate` takes it (``eta0`` 0.001 by default).
     beta1, beta2 : float, default=0.9, 0.999
         Decay rates of the first and second moment estimates.
@@ -254,14 +340,15 @@ class LearningRateAdamW(BaseLearningRate):
     def __init__(
         self,
         eta0: float = 0.001,
-        learning_rate: str = "constant",
+        alpha: float = 0.0001,
         power_t: float = 0.25,
+        learning_rate: str = "constant",
         beta1: float = 0.9,
         beta2: float = 0.999,
         epsilon: float = 1e-8,
         weight_decay: float = 0.01,
     ):
-        super().__init__(eta0=eta0, learning_rate=learning_rate, power_t=power_t)
+        super().__init__(eta0=eta0, alpha=alpha, power_t=power_t, learning_rate=learning_rate)
         self.beta1 = beta1
         self.beta2 = beta2
         self.epsilon = epsilon
@@ -271,3 +358,9 @@ class LearningRateAdamW(BaseLearningRate):
         raise OrtBenchError(
             "LearningRateAdamW runs only in FullTrainer (onnxruntime's own AdamW optimizer)"
         )
+
+
+_NAMES = {
+    LearningRateSGD: ("SGD", "LearningRateSGD"),
+    LearningRateSGDNesterov: ("Nesterov", "SGDNesterov", "LearningRateSGDNesterov"),
+}

@@ -7,6 +7,10 @@ the predictions is (p - y) / n, the output delta scikit-learn back-propagates.
 The same node functions build the loss appended by :func:`add_loss_output` (full
 training, where onnxruntime differentiates it) and the loss-and-gradient graph of the
 forward/backward trainer (where the gradient is written explicitly).
+
+The seed (onnxcustom) wrote the squared error without the half: (p - y)^2, gradient
+2 (p - y). ``SquareLearningLoss(convention='seed')`` is that loss; scikit-learn's stays
+the default, so the choice is always visible in the object's repr.
 """
 
 from __future__ import annotations
@@ -22,11 +26,45 @@ from .graph_builder import GraphBuilder
 EPS = float(np.finfo(np.float32).eps)
 
 
+#: The two ways to write the squared error: scikit-learn's half and the seed's whole.
+CONVENTIONS = ("sklearn", "seed")
+
+
 class BaseLearningLoss(BaseEstimator):
     """A loss defined by an element-wise term and its derivative."""
 
     #: True for losses over class probabilities: the trainer one-hot encodes labels.
     is_classification = False
+
+    @classmethod
+    def select(cls, loss=None, **kwargs) -> BaseLearningLoss:
+        """The loss object a trainer's ``learning_loss`` parameter names.
+
+        Parameters
+        ----------
+        loss : BaseLearningLoss, str or None
+            An object (returned as it is), None (:class:`SquareLearningLoss`), or a name:
+            ``'square_error'``, ``'squared_error'``, ``'square'`` or ``'l2'``;
+            ``'absolute_error'``, ``'absolute'`` or ``'l1'``; ``'elastic'`` or
+            ``'elastic_error'``; ``'log'`` or ``'neg_log'``; or a class name.
+        **kwargs
+            Parameters of the class a name selects (``l1_weight``, ``convention``...).
+
+        Returns
+        -------
+        BaseLearningLoss
+
+        Raises
+        ------
+        OrtBenchError
+            For an unknown name, or parameters the class does not take.
+        """
+        if isinstance(loss, BaseLearningLoss):
+            return loss
+        return select_named(loss, LOSS_NAMES, SquareLearningLoss, "loss", kwargs)
+
+    def check(self) -> None:
+        """Raise a one-line error for invalid hyper-parameters (none here)."""
 
     def element_nodes(
         self, b: GraphBuilder, expected: str, predicted: str
@@ -75,6 +113,21 @@ class BaseLearningLoss(BaseEstimator):
         b.output("loss_grad", ["N", "C"])
         return b.to_model()
 
+    def build_samples_function(self) -> onnx.ModelProto:
+        """The graph of each sample's loss, what :meth:`BaseTrainer.losses` runs.
+
+        Inputs: ``expected`` (n, c) and ``predicted`` (n, c). Output: ``losses`` (n,),
+        each row's loss term summed over its outputs (no mean, no penalty).
+        """
+        b = GraphBuilder(f"{type(self).__name__}_samples")
+        expected = b.input("expected", ["N", "C"])
+        predicted = b.input("predicted", ["N", "C"])
+        element, factor = self.element_loss_nodes(b, expected, predicted)
+        rows = b.op("ReduceSum", element, b.const([1], np.int64), keepdims=0)
+        b.op("Mul", rows, b.const(factor), name="losses")
+        b.output("losses", ["N"])
+        return b.to_model()
+
 
 def weight_shares_nodes(b: GraphBuilder, weight: str) -> str:
     """Add the nodes of each row's share of the batch loss, w / sum(w), as an (n, 1) column."""
@@ -98,7 +151,11 @@ def reduced_loss_nodes(
     """
     element, factor = loss.element_loss_nodes(b, expected, predicted)
     if shares is None:
-        n = b.op("Cast", b.op("Shape", predicted, start=0, end=1), to=onnx.TensorProto.FLOAT)
+        # Slice, not Shape's start/end (opset 15): the seed's models are opset 14
+        rows = b.op(
+            "Slice", b.op("Shape", predicted), b.const([0], np.int64), b.const([1], np.int64)
+        )
+        n = b.op("Cast", rows, to=onnx.TensorProto.FLOAT)
         total = b.op("Mul", element, b.op("Div", b.const(factor), n))
     else:
         total = b.op("Gemm", element, shares, transA=1, alpha=factor)
@@ -106,10 +163,27 @@ def reduced_loss_nodes(
 
 
 class SquareLearningLoss(BaseLearningLoss):
-    """0.5 * (p - y)^2 per element: scikit-learn's squared error."""
+    """Squared error per element.
+
+    Parameters
+    ----------
+    convention : {'sklearn', 'seed'}
+        ``'sklearn'``: 0.5 * (p - y)^2, gradient p - y (MLPRegressor's loss);
+        ``'seed'``: (p - y)^2, gradient 2 (p - y) (onnxcustom's loss).
+    """
+
+    def __init__(self, convention: str = "sklearn"):
+        self.convention = convention
+
+    def check(self) -> None:
+        if self.convention not in CONVENTIONS:
+            raise OrtBenchError(f"convention must be one of {CONVENTIONS}, got {self.convention!r}")
 
     def element_nodes(self, b, expected, predicted):
+        self.check()
         diff = b.op("Sub", predicted, expected)
+        if self.convention == "seed":
+            return b.op("Mul", diff, diff), 1.0, b.op("Add", diff, diff)
         return b.op("Mul", diff, diff), 0.5, diff
 
 
@@ -134,6 +208,13 @@ class ElasticLearningLoss(BaseLearningLoss):
         self.l1_weight = l1_weight
         self.l2_weight = l2_weight
 
+    def check(self) -> None:
+        """Raise a one-line error for a negative or non-finite weight."""
+        for name in ("l1_weight", "l2_weight"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float, np.number)) or not 0 <= value < np.inf:
+                raise OrtBenchError(f"{name} must be a finite number >= 0, got {value!r}")
+
     def element_nodes(self, b, expected, predicted):
         diff = b.op("Sub", predicted, expected)
         l1 = b.op("Mul", b.op("Abs", diff), b.const(self.l1_weight))
@@ -144,20 +225,71 @@ class ElasticLearningLoss(BaseLearningLoss):
 
 
 class NegLogLearningLoss(BaseLearningLoss):
-    """-y * log(p) per element over one-hot labels and class probabilities (log loss)."""
+    """The log loss over one-hot labels: -sum_c y_c * log(p_c) per sample.
+
+    Parameters
+    ----------
+    probability_function : {None, 'sigmoid', 'softmax'}, default=None
+        What turns the trained output into probabilities. None: the output already holds
+        probabilities, clipped to ``[eps, 1 - eps]`` before the log. ``'sigmoid'``: the
+        output holds raw scores, each column a binary (one-vs-rest) problem; the term is
+        ``softplus(s) - y * s`` written as ``relu(s) - y * s + log(1 + exp(-|s|))``,
+        finite for any finite score. ``'softmax'``: the output holds raw scores of
+        exclusive classes; the term is ``-y * log_softmax(s)``. Both stable forms are what
+        the trainers use for classifier graphs whose probabilities come from a sigmoid or a
+        softmax, so that large scores cannot overflow an ``Exp``.
+    eps : float, default=float32 machine epsilon
+        The clipping bound of the probabilities (``probability_function=None`` only).
+    """
 
     is_classification = True
 
+    def __init__(self, probability_function: str | None = None, eps: float = EPS):
+        self.probability_function = probability_function
+        self.eps = eps
+
+    def check(self) -> None:
+        """Raise a one-line error for invalid hyper-parameters."""
+        if self.probability_function not in PROBABILITY_FUNCTIONS:
+            raise OrtBenchError(
+                f"probability_function must be one of {PROBABILITY_FUNCTIONS}, "
+                f"got {self.probability_function!r}"
+            )
+        if not 0 < self.eps < 0.5:
+            raise OrtBenchError(f"eps must be in (0, 0.5), got {self.eps!r}")
+
     def element_nodes(self, b, expected, predicted):
-        clipped = b.op("Clip", predicted, b.const(EPS), b.const(1 - EPS))
+        self.check()
+        if self.probability_function == "sigmoid":
+            loss = self._softplus_minus_ys(b, expected, predicted)
+            return loss, 1.0, b.op("Sub", b.op("Sigmoid", predicted), expected)
+        if self.probability_function == "softmax":
+            log_p = b.op("LogSoftmax", predicted, axis=-1)
+            loss = b.op("Mul", expected, log_p)
+            return loss, -1.0, b.op("Sub", b.op("Softmax", predicted, axis=-1), expected)
+        clipped = b.op("Clip", predicted, b.const(self.eps), b.const(1 - self.eps))
         loss = b.op("Mul", expected, b.op("Log", clipped))
         return loss, -1.0, b.op("Neg", b.op("Div", expected, clipped))
 
     def element_loss_nodes(self, b, expected, predicted):
+        if self.probability_function is not None:
+            return self.element_nodes(b, expected, predicted)[:2]
+        self.check()
         # onnxruntime-training has no gradient for Clip's bounds path: clip by Max/Min
-        # would also work, but adding EPS keeps the graph differentiable everywhere.
-        shifted = b.op("Add", predicted, b.const(EPS))
+        # would also work, but adding eps keeps the graph differentiable everywhere.
+        shifted = b.op("Add", predicted, b.const(self.eps))
         return b.op("Mul", expected, b.op("Log", shifted)), -1.0
+
+    @staticmethod
+    def _softplus_minus_ys(b: GraphBuilder, expected: str, scores: str) -> str:
+        """``relu(s) - y * s + log(1 + exp(-|s|))``: -log(sigmoid(s)) for y = 1 and
+        -log(1 - sigmoid(s)) for y = 0, with no exponential of a positive number."""
+        tail = b.op("Log", b.op("Add", b.op("Exp", b.op("Neg", b.op("Abs", scores))), b.const(1)))
+        return b.op("Add", b.op("Sub", b.op("Relu", scores), b.op("Mul", expected, scores)), tail)
+
+
+#: What :class:`NegLogLearningLoss` accepts as ``probability_function``.
+PROBABILITY_FUNCTIONS = (None, "sigmoid", "softmax")
 
 
 LOSSES = {
@@ -167,14 +299,23 @@ LOSSES = {
     "log": NegLogLearningLoss,
 }
 
+#: Every name :meth:`BaseLearningLoss.select` knows: ortbench's, the seed's and the
+#: seed's ``add_loss_output`` shorthands.
+LOSS_NAMES = {
+    SquareLearningLoss: ("squared_error", "square_error", "square", "l2"),
+    AbsoluteLearningLoss: ("absolute_error", "absolute", "l1"),
+    ElasticLearningLoss: ("elastic", "elastic_error"),
+    NegLogLearningLoss: ("log", "neg_log"),
+}
 
-def loss_from_name(score_name: str, l1_weight: float = 0.5, l2_weight: float = 0.5):
-    """The loss object for one of :data:`LOSSES`' names.
+
+def loss_from_name(score_name, l1_weight: float = 0.5, l2_weight: float = 0.5):
+    """The loss object for one of :data:`LOSSES`' names (a loss object is checked and kept).
 
     Parameters
     ----------
-    score_name : str
-        A key of :data:`LOSSES`.
+    score_name : str or BaseLearningLoss
+        A key of :data:`LOSSES`, or a loss.
     l1_weight, l2_weight : float, default=0.5
         The weights of the ``'elastic'`` loss's terms.
 
@@ -186,10 +327,36 @@ def loss_from_name(score_name: str, l1_weight: float = 0.5, l2_weight: float = 0
     Raises
     ------
     OrtBenchError
-        For an unknown name.
+        For an unknown name, or a loss whose hyper-parameters are invalid.
     """
-    if score_name not in LOSSES:
-        raise OrtBenchError(f"unknown loss {score_name!r}: expected one of {sorted(LOSSES)}")
-    if score_name == "elastic":
-        return ElasticLearningLoss(l1_weight, l2_weight)
-    return LOSSES[score_name]()
+    if isinstance(score_name, BaseLearningLoss):
+        score_name.check()
+        return score_name
+    if not isinstance(score_name, str) or score_name not in LOSSES:
+        raise OrtBenchError(
+            f"unknown loss {score_name!r}: expected one of {sorted(LOSSES)} or a "
+            f"BaseLearningLoss object"
+        )
+    loss = (
+        ElasticLearningLoss(l1_weight, l2_weight)
+        if score_name == "elastic"
+        else LOSSES[score_name]()
+    )
+    loss.check()
+    return loss
+
+
+def select_named(name, names: dict, default, what: str, kwargs: dict):
+    """The instance of the class ``name`` designates in ``names`` (a class name also works);
+    ``default`` for None."""
+    klass = default if name is None else None
+    for candidate, aliases in names.items():
+        if name in aliases or name == candidate.__name__:
+            klass = candidate
+    if klass is None:
+        known = sorted({a for aliases in names.values() for a in aliases})
+        raise OrtBenchError(f"unknown {what} {name!r}: expected an object or one of {known}")
+    try:
+        return klass(**kwargs)
+    except TypeError:
+        raise OrtBenchError(f"{klass.__name__} takes no parameter among {sorted(kwargs)}") from None

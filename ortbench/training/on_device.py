@@ -153,6 +153,14 @@ class OnDeviceSteps:
         """Copies of the current weights, by name."""
         return {n: self._state.get_parameter(n).data.numpy().copy() for n in self.weights}
 
+    def get_optimizer_state(self) -> None:
+        """None: SGD keeps no state, and AdamW's moments stay inside the runtime's
+        checkpoint (a rebuild restarts them)."""
+        return None
+
+    def set_optimizer_state(self, arrays) -> None:
+        raise OrtBenchError("the on-device optimizer's state cannot be set")
+
     def shape(self, name: str) -> tuple:
         """The shape of the weight ``name``."""
         return tuple(self._state.get_parameter(name).data.shape())

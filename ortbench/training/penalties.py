@@ -7,17 +7,48 @@ forward/backward trainer, so a penalty costs no extra onnxruntime run per step.
 
 from __future__ import annotations
 
+import numpy as np
 from sklearn.base import BaseEstimator
 
+from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
+from .losses import select_named
 
 
 class BaseLearningPenalty(BaseEstimator):
     """A penalty on weights: its value and its gradient."""
 
+    @classmethod
+    def select(cls, penalty=None, **kwargs) -> BaseLearningPenalty:
+        """The penalty object a trainer's ``learning_penalty`` parameter names.
+
+        Parameters
+        ----------
+        penalty : BaseLearningPenalty, str or None
+            An object (returned as it is), None or ``''`` (:class:`NoLearningPenalty`),
+            ``'elastic'`` or ``'l1l2'`` (:class:`ElasticLearningPenalty`), or a class name.
+        **kwargs
+            Parameters of the class a name selects (``l1``, ``l2``).
+
+        Returns
+        -------
+        BaseLearningPenalty
+
+        Raises
+        ------
+        OrtBenchError
+            For an unknown name, or parameters the class does not take.
+        """
+        if isinstance(penalty, BaseLearningPenalty):
+            return penalty
+        return select_named(penalty, PENALTY_NAMES, NoLearningPenalty, "penalty", kwargs)
+
     def is_active(self) -> bool:
         """False when the penalty adds nothing (no node is emitted then)."""
         return True
+
+    def check(self) -> None:
+        """Raise a one-line error for invalid hyper-parameters (none here)."""
 
     def penalty_nodes(self, b: GraphBuilder, weight: str) -> str:
         """Add nodes computing the penalty of one weight; return the scalar's name."""
@@ -54,6 +85,13 @@ class ElasticLearningPenalty(BaseLearningPenalty):
         self.l1 = l1
         self.l2 = l2
 
+    def check(self) -> None:
+        """Raise a one-line error for a negative or non-finite coefficient."""
+        for name in ("l1", "l2"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float, np.number)) or not 0 <= value < np.inf:
+                raise OrtBenchError(f"penalty {name} must be a finite number >= 0, got {value!r}")
+
     def is_active(self) -> bool:
         return self.l1 != 0 or self.l2 != 0
 
@@ -68,3 +106,10 @@ class ElasticLearningPenalty(BaseLearningPenalty):
         g1 = b.op("Mul", b.op("Sign", weight), b.const(self.l1))
         g2 = b.op("Mul", weight, b.const(2 * self.l2))
         return b.op("Add", g1, g2)
+
+
+#: The names :meth:`BaseLearningPenalty.select` knows (the seed's).
+PENALTY_NAMES = {
+    NoLearningPenalty: ("",),
+    ElasticLearningPenalty: ("elastic", "l1l2"),
+}

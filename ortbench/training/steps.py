@@ -49,3 +49,9 @@ class Steps(Protocol):
 
     def set(self, name: str, array: np.ndarray) -> None:
         """Overwrite the current value of the weight ``name`` (float32, its shape)."""
+
+    def get_optimizer_state(self) -> list[np.ndarray] | None:
+        """Copies of the optimizer state (momentum) a rebuild can carry, or None."""
+
+    def set_optimizer_state(self, arrays: list[np.ndarray]) -> None:
+        """Overwrite the optimizer state with what :meth:`get_optimizer_state` gave."""

@@ -134,6 +134,20 @@ class WeightBuffers:
             np.ascontiguousarray(array, dtype=np.float32)
         )
 
+    def get_states(self, parity: int) -> list[np.ndarray]:
+        """Copies of the optimizer state tensors of one parity, one per group."""
+        return [v.numpy().copy() for v in self.states[parity]]
+
+    def set_states(self, parity: int, arrays: list[np.ndarray]) -> None:
+        """Overwrite the optimizer state of one parity in place (bindings stay valid)."""
+        values = self.states[parity]
+        if len(arrays) != len(values) or any(
+            tuple(a.shape) != tuple(v.shape()) for a, v in zip(arrays, values)
+        ):
+            raise OrtBenchError("the optimizer state does not match this trainer's weights")
+        for value, array in zip(values, arrays):
+            value.update_inplace(np.ascontiguousarray(array, dtype=np.float32))
+
     def shape(self, name: str) -> tuple:
         return self._shapes[name]
 
@@ -156,6 +170,15 @@ class DoubleBufferedSteps:
     def set(self, name: str, array: np.ndarray) -> None:
         """Overwrite the current value of the weight ``name`` in place."""
         self._buffers.set(self._parity, name, array)
+
+    def get_optimizer_state(self) -> list[np.ndarray] | None:
+        """Copies of the current optimizer state (momentum), None without one."""
+        buffers = self._buffers
+        return buffers.get_states(self._parity) if buffers.has_state else None
+
+    def set_optimizer_state(self, arrays: list[np.ndarray]) -> None:
+        """Overwrite the current optimizer state with what :meth:`get_optimizer_state` gave."""
+        self._buffers.set_states(self._parity, arrays)
 
 
 def _aligned_zeros(shape) -> np.ndarray:

@@ -1,0 +1,512 @@
+"""The seed's API: ``OrtGradientOptimizer`` and ``OrtGradientForwardBackwardOptimizer``.
+
+The onnxcustom tutorial ortbench grew from trained ONNX graphs with two classes. They are
+here with the constructor parameters, defaults, repr and conventions its documents show,
+as subclasses of :class:`FullTrainer` and :class:`ForwardBackwardTrainer`, which run the
+steps. What the seed did differently from scikit-learn, these classes do as the seed did,
+and only they (importing them from this module is the explicit choice):
+
+- a float learning rate is ``LearningRateSGD(eta0=value, learning_rate='invscaling')``,
+  a name is looked up by :meth:`BaseLearningRate.select`, and the schedule's ``t`` counts
+  epochs, not samples;
+- the squared error is the seed's, ``(p - y)^2`` with gradient ``2 (p - y)``: the
+  forward/backward class's ``'square_error'`` is ``SquareLearningLoss(convention='seed')``
+  and this module's :func:`add_loss_output` sums the loss over the batch, which
+  ``OrtGradientOptimizer`` trains with the learning rate divided by the batch size;
+- a fit that does not warm start draws the trained weights from a standard normal
+  distribution (numpy's global generator, as the seed did);
+- ``validation_every`` below 1 is a fraction of ``max_iter``; parameters are resolved
+  when the object is created, and the repr lists every one of them.
+
+``docs/seed_api.md`` lists the differences with :class:`FullTrainer` and
+:class:`ForwardBackwardTrainer` side by side.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
+
+from . import loss_graph
+from .derivative import DerivativeOptions, onnx_derivative
+from .errors import ConvergenceError, OrtBenchError
+from .forward_backward import ForwardBackwardTrainer
+from .full import FullTrainer
+from .graph_tools import (
+    check_weight_names,
+    load_model,
+    rewrite_linear_nodes,
+    select_outputs,
+    set_initializers,
+)
+from .learning_rates import BaseLearningRate
+from .losses import BaseLearningLoss, SquareLearningLoss
+from .penalties import BaseLearningPenalty
+
+#: The logger ``enable_logging=True`` writes one line per epoch to (level INFO).
+LOGGER = logging.getLogger("ortbench.seed")
+
+
+def add_loss_output(
+    onx,
+    score_name: str = "squared_error",
+    loss_name: str = "loss",
+    label_name: str = "label",
+    weight_name: str | None = None,
+    penalty: dict | None = None,
+    output_index: int | str | None = None,
+    **kwargs,
+) -> onnx.ModelProto:
+    """The seed's ``add_loss_output``: a loss summed over the batch, shaped (1, 1).
+
+    It is :func:`ortbench.training.add_loss_output` with ``convention='seed'``; the
+    parameters are the seed's, ``kwargs`` its ``l1_weight`` and ``l2_weight``.
+
+    Parameters
+    ----------
+    onx : onnx.ModelProto
+        The model.
+    score_name : str
+        ``'squared_error'`` or ``'l2'``, ``'absolute_error'`` or ``'l1'``, ``'elastic'``,
+        ``'log'``.
+    loss_name, label_name : str
+        The new output and the new label input.
+    weight_name : str, optional
+        A sample-weight input (n,) multiplying each row's loss.
+    penalty : dict, optional
+        ``{'coef': {'l1': a, 'l2': b}}`` or ``{'coef': b}`` (an L2 weight).
+    output_index : int or str, optional
+        The output compared with the labels, by position or name.
+    **kwargs
+        ``l1_weight``, ``l2_weight`` of the elastic loss.
+
+    Returns
+    -------
+    onnx.ModelProto
+
+    Raises
+    ------
+    OrtBenchError
+        As :func:`ortbench.training.add_loss_output`.
+    """
+    return loss_graph.add_loss_output(
+        onx,
+        score_name=score_name,
+        loss_name=loss_name,
+        label_name=label_name,
+        weight_name=weight_name,
+        penalty=penalty,
+        output_index=output_index,
+        convention="seed",
+        **kwargs,
+    )
+
+
+def _validation_every(value, max_iter: int) -> int:
+    """The seed's ``validation_every``: a number of epochs, or below 1 a fraction of them."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise OrtBenchError(
+            f"validation_every must be an integer >= 1 or a fraction in (0, 1), got {value!r}"
+        )
+    return max(1, int(max_iter * value)) if value < 1 else int(value)
+
+
+def _seed_repr(value) -> str:
+    """An estimator-like object with all its parameters, in signature order."""
+    if not isinstance(value, BaseEstimator):
+        return repr(value)
+    params = value.get_params(deep=False)
+    names = [k for k in inspect.signature(type(value).__init__).parameters if k in params]
+    shown = [f"{k}={params[k]!r}" for k in names]
+    return f"{type(value).__name__}({', '.join(shown)})"
+
+
+class _SeedBehaviour:
+    """What both seed classes add to the trainers they extend."""
+
+    shuffle = True
+    random_state = None
+    intra_op_threads = "auto"
+    backend = None
+
+    #: True when the trained loss is a sum over the batch, as the seed's full class
+    #: assumed: steps then use the rate divided by the batch size and the reported
+    #: loss is divided by it too, as the seed did.
+    _summed_loss = False
+
+    def __repr__(self) -> str:
+        """The seed's repr: every parameter; long values cut to 10 characters and '...'."""
+        shown = []
+        for name in inspect.signature(type(self).__init__).parameters:
+            if name == "self":
+                continue
+            value = getattr(self, name)
+            if isinstance(value, (BaseLearningRate, BaseLearningLoss, BaseLearningPenalty)):
+                shown.append(f"{name}={_seed_repr(value)}")
+                if name == "learning_rate" and hasattr(self, "learning_rate_"):
+                    shown.append(f"value={self.learning_rate_.value!r}")
+                continue
+            text = repr(value)
+            if len(text) > 50 or "\n" in text:
+                text = repr(text[:10].replace("\n", " ") + "...")
+            shown.append(f"{name}={text}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
+        """Train on (X, y), from weights drawn anew unless ``warm_start``.
+
+        Parameters
+        ----------
+        X : array-like (n, features)
+        y : array-like (n,) or (n, outputs)
+        sample_weight : array-like (n,), optional
+            Fed to the model's weight input (see ``sample_weight_name``/``weight_name``).
+        X_val, y_val, sample_weight_val : optional
+            Validation data, scored every ``validation_every`` epochs.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ConvergenceError
+            When the loss becomes NaN or infinite and ``exc`` is True (with ``exc=False``
+            a ConvergenceWarning is emitted and training stops with the weights from
+            before that epoch).
+        """
+        try:
+            super().fit(X, y, sample_weight, X_val, y_val, sample_weight_val)
+        except ConvergenceError as e:
+            if self.exc:
+                raise
+            warnings.warn(str(e), ConvergenceWarning, stacklevel=2)
+            self.n_iter_ = len(self.train_losses_)
+        return self
+
+    def _check_params(self) -> None:
+        if self.training_optimizer_name != "SGDOptimizer":
+            raise OrtBenchError(
+                f"training_optimizer_name must be 'SGDOptimizer', got "
+                f"{self.training_optimizer_name!r}"
+            )
+        super()._check_params()
+
+    def _prepare_model(self) -> None:
+        super()._prepare_model()
+        if self.warm_start:
+            return  # a first fit with warm_start starts from the model's weights
+        drawn = {}
+        for init in self.model_.graph.initializer:
+            if init.name in self.weights_:
+                drawn[init.name] = np.random.randn(*init.dims).astype(np.float32)
+        self.model_ = set_initializers(self.model_, drawn)
+        self._train_model = set_initializers(self._train_model, drawn)
+
+    def _run_epoch(self, loader) -> float:
+        loss = super()._run_epoch(loader)
+        if self._summed_loss:
+            loss /= self.batch_size
+        if self.enable_logging:
+            LOGGER.info(
+                "[%s] epoch %d/%d loss=%g lr=%g",
+                type(self).__name__,
+                len(self.train_losses_) + 1,
+                self.max_iter,
+                loss,
+                self.learning_rate_.value,
+            )
+        return loss
+
+    def _step_rate(self, epoch: int) -> float:
+        # the seed's schedules count epochs: t is the index of the epoch just finished
+        if epoch:
+            self.learning_rate_.update_learning_rate(len(self.train_losses_) - 1)
+        value = self.learning_rate_.value
+        return value / self.batch_size if self._summed_loss else value
+
+
+class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
+    """The seed's full-training class: the model outputs its loss; onnxruntime computes
+    the gradient and updates the weights.
+
+    Parameters
+    ----------
+    model_onnx : onnx.ModelProto
+        A model with a loss output, as :func:`add_loss_output` makes it.
+    weights_to_train : list of str
+        The initializers to train.
+    loss_output_name : str
+        The loss output.
+    max_iter : int
+        Epochs.
+    training_optimizer_name : str
+        ``'SGDOptimizer'``, the only optimizer the seed had.
+    batch_size : int
+        Rows per step.
+    learning_rate : float, str or BaseLearningRate
+        See :meth:`BaseLearningRate.select`; a float is ``LearningRateSGD(eta0=value,
+        learning_rate='invscaling')``. The optimizer steps with the rate divided by
+        ``batch_size`` and ``train_losses_`` holds the loss divided by it, the seed's
+        convention for a loss summed over the batch.
+    device : str
+        ``'cpu'`` or ``'cuda'``.
+    warm_start : bool
+        Continue from the previous fit's weights; otherwise draw them anew.
+    verbose : int
+        Print one progress line per epoch.
+    validation_every : int or float
+        Score the validation data every that many epochs, or that fraction of max_iter.
+    saved_gradient : str, optional
+        A file name: the first fit writes the gradient graph of the loss there, and the
+        training graph onnxruntime runs to ``saved_gradient + '.training.onnx'``.
+    sample_weight_name : str
+        The model's sample-weight input; ``fit(sample_weight=...)`` needs it.
+    """
+
+    exc = True
+    enable_logging = False
+    _summed_loss = True
+
+    def __init__(
+        self,
+        model_onnx,
+        weights_to_train,
+        loss_output_name="loss",
+        max_iter=100,
+        training_optimizer_name="SGDOptimizer",
+        batch_size=10,
+        learning_rate="SGD",
+        device="cpu",
+        warm_start=False,
+        verbose=0,
+        validation_every=0.1,
+        saved_gradient=None,
+        sample_weight_name="weight",
+    ):
+        self.model_onnx = model_onnx
+        self.weights_to_train = weights_to_train
+        self.loss_output_name = loss_output_name
+        self.max_iter = max_iter
+        self.training_optimizer_name = training_optimizer_name
+        self.batch_size = batch_size
+        self.learning_rate = BaseLearningRate.select(learning_rate)
+        self.device = device
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.validation_every = _validation_every(validation_every, max_iter)
+        self.saved_gradient = saved_gradient
+        self.sample_weight_name = sample_weight_name
+
+    def _learning_loss(self) -> BaseLearningLoss:
+        return SquareLearningLoss(convention="seed")
+
+    def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
+        """Train on (X, y), from weights drawn anew unless ``warm_start``.
+
+        Parameters
+        ----------
+        X, y, sample_weight, X_val, y_val, sample_weight_val
+            As for :meth:`FullTrainer.fit`; ``sample_weight`` is fed to the model's input
+            ``sample_weight_name``.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        OrtBenchError
+            When ``sample_weight`` is given and the model has no input
+            ``sample_weight_name``, and as :meth:`FullTrainer.fit`.
+        """
+        if sample_weight is not None:
+            inputs = [i.name for i in load_model(self.model_onnx).graph.input]
+            if self.sample_weight_name not in inputs:
+                raise OrtBenchError(
+                    f"sample_weight needs a model input named {self.sample_weight_name!r} "
+                    f"(sample_weight_name): add one with add_loss_output(..., weight_name=...)"
+                )
+        return super().fit(X, y, sample_weight, X_val, y_val, sample_weight_val)
+
+    def _prepare_model(self) -> None:
+        outputs = [o.name for o in load_model(self.model_onnx).graph.output]
+        if self.loss_output_name not in outputs:
+            raise OrtBenchError(
+                f"the model has no output {self.loss_output_name!r}: add a loss with "
+                f"add_loss_output first"
+            )
+        super()._prepare_model()
+
+    def _build(self) -> None:
+        super()._build()
+        if self.saved_gradient is not None:
+            with_loss = select_outputs(self.model_, [self.loss_output_name])
+            options = DerivativeOptions.KeepOutputs | DerivativeOptions.FillGrad
+            gradient = onnx_derivative(with_loss, self.weights_, inputs=[], options=options)
+            onnx.save_model(gradient, self.saved_gradient)
+            training = self._graphs().get("training_model") or self._graphs()["fused_step"]
+            with open(f"{self.saved_gradient}.training.onnx", "wb") as f:
+                f.write(training if isinstance(training, bytes) else training.SerializeToString())
+
+
+class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer):
+    """The seed's forward/backward class: onnxruntime-training computes the model's
+    gradient; small ONNX graphs compute the loss, the penalty and the update.
+
+    Parameters
+    ----------
+    model_onnx : onnx.ModelProto
+        The model (no loss in it).
+    weights_to_train : list of str, optional
+        The initializers to train; None chooses them when the object is created: every
+        float initializer that is a parameter (see :func:`trainable_initializers`).
+    loss_output_name : str
+        Kept for the seed's signature (the loss is not part of the model here).
+    max_iter : int
+        Epochs.
+    training_optimizer_name : str
+        ``'SGDOptimizer'`` (the update is the learning rate object's).
+    batch_size : int
+        Rows per step.
+    learning_rate : float, str or BaseLearningRate
+        See :meth:`BaseLearningRate.select`; ``'Nesterov'`` adds momentum.
+    device : str
+        ``'cpu'`` or ``'cuda'``.
+    warm_start : bool
+        Continue from the previous fit's weights; otherwise draw them anew.
+    verbose : int
+        Print one progress line per epoch.
+    validation_every : int or float
+        Score the validation data every that many epochs, or that fraction of max_iter.
+    learning_loss : str or BaseLearningLoss
+        See :meth:`BaseLearningLoss.select`; ``'square_error'`` is the seed's squared
+        error, ``SquareLearningLoss(convention='seed')``.
+    enable_logging : bool
+        Log one line per epoch (loss, learning rate) to the ``ortbench.seed`` logger.
+    weight_name : str, optional
+        Kept for the seed's signature: the loss graph always takes the sample weights
+        ``fit`` is given (the seed built a weighted loss graph only when it was set).
+    learning_penalty : str, BaseLearningPenalty or None
+        See :meth:`BaseLearningPenalty.select`.
+    exc : bool
+        Raise :class:`ConvergenceError` when the loss diverges (True) or warn and stop.
+    """
+
+    training_optimizer_name = "SGDOptimizer"
+
+    def __init__(
+        self,
+        model_onnx,
+        weights_to_train=None,
+        loss_output_name="loss",
+        max_iter=100,
+        training_optimizer_name="SGDOptimizer",
+        batch_size=10,
+        learning_rate="SGD",
+        device="cpu",
+        warm_start=False,
+        verbose=0,
+        validation_every=0.1,
+        learning_loss="square_error",
+        enable_logging=False,
+        weight_name=None,
+        learning_penalty=None,
+        exc=True,
+    ):
+        if weights_to_train is None:
+            weights_to_train = check_weight_names(rewrite_linear_nodes(model_onnx), None)
+        self.model_onnx = model_onnx
+        self.weights_to_train = weights_to_train
+        self.loss_output_name = loss_output_name
+        self.max_iter = max_iter
+        self.training_optimizer_name = training_optimizer_name
+        self.batch_size = batch_size
+        self.learning_rate = BaseLearningRate.select(learning_rate)
+        self.device = device
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.validation_every = _validation_every(validation_every, max_iter)
+        self.learning_loss = _seed_loss(learning_loss)
+        self.enable_logging = enable_logging
+        self.weight_name = weight_name
+        self.learning_penalty = BaseLearningPenalty.select(learning_penalty)
+        self.exc = exc
+
+    @property
+    def trained_coef_(self) -> dict[str, onnxruntime.OrtValue]:
+        """Trained weights by name as OrtValues, as the seed returned them."""
+        values = {}
+        for name, array in self.get_state().items():
+            # an OrtValue owning its memory: ortvalue_from_numpy would borrow the array's
+            values[name] = onnxruntime.OrtValue.ortvalue_from_shape_and_type(
+                array.shape, np.float32
+            )
+            values[name].update_inplace(array)
+        return values
+
+    def get_full_state(self, kind: str = "weight") -> list:
+        """The training graph's inputs the trainer owns: None for each data input, then
+        the trained weights (arrays) in ``weights_to_train`` order, the seed's layout.
+
+        Parameters
+        ----------
+        kind : str
+            ``'weight'``, the only kind kept (the engine stores momentum in another form
+            than the seed's per-weight velocities).
+
+        Returns
+        -------
+        list
+
+        Raises
+        ------
+        OrtBenchError
+            For another kind, or before fit.
+        """
+        if kind != "weight":
+            raise OrtBenchError(
+                f"get_full_state keeps kind='weight' only, got {kind!r}: the momentum is "
+                f"stored scaled and flattened, not as the seed's per-weight velocities"
+            )
+        state = self.get_state()
+        inputs = [i.name for i in self._train_model.graph.input if i.name not in state]
+        return [None] * len(inputs) + [state[name] for name in self.weights_]
+
+    def set_state(self, state) -> None:
+        """Overwrite trained weights: a dict by name, or a list as :meth:`get_full_state`
+        or :meth:`get_state` ``.values()`` give it (None entries are skipped).
+
+        Parameters
+        ----------
+        state : dict or list
+
+        Raises
+        ------
+        OrtBenchError
+            For an unknown name, a wrong shape or a list of the wrong length.
+        """
+        if isinstance(state, (list, tuple)):
+            values = [v for v in state if v is not None]
+            if len(values) != len(self.weights_):
+                raise OrtBenchError(
+                    f"a state list holds {len(self.weights_)} weights ({self.weights_}), "
+                    f"got {len(values)}"
+                )
+            state = dict(zip(self.weights_, values))
+        super().set_state(state)
+
+
+def _seed_loss(loss) -> BaseLearningLoss:
+    """The seed's loss for a name: its squared error is the whole (p - y)^2."""
+    chosen = BaseLearningLoss.select(loss)
+    if isinstance(loss, str) and isinstance(chosen, SquareLearningLoss):
+        chosen.set_params(convention="seed")
+    return chosen

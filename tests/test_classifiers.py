@@ -1,0 +1,118 @@
+"""Classifier graphs train with the log loss by default, through their raw scores."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnxruntime
+import pytest
+from scipy.special import expit, log_softmax, softmax
+from skl2onnx import to_onnx
+from sklearn.datasets import load_breast_cancer, load_digits
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression, SGDClassifier
+from sklearn.model_selection import train_test_split
+from sklearn.neural_network import MLPClassifier
+from sklearn.preprocessing import StandardScaler
+
+from ortbench.training import ForwardBackwardTrainer, FullTrainer, NegLogLearningLoss
+
+EPOCHS = 4
+
+
+@pytest.mark.parametrize("function", ["sigmoid", "softmax"])
+def test_stable_log_losses_match_scipy_on_large_scores(function):
+    rng = np.random.default_rng(0)
+    scores = (rng.normal(size=(6, 3)) * 60).astype(np.float32)  # exp(60) overflows float32
+    labels = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 6)]
+    scale = np.full((6, 1), 1 / 6, np.float32)
+    session = onnxruntime.InferenceSession(
+        NegLogLearningLoss(function).build_onnx_function().SerializeToString()
+    )
+    feeds = {"expected": labels, "predicted": scores, "loss_scale": scale, "grad_scale": scale}
+    loss, grad = session.run(None, feeds)
+    s = scores.astype(np.float64)
+    if function == "sigmoid":
+        expected = np.sum(np.logaddexp(0, s) - labels * s, axis=1).mean()
+        expected_grad = (expit(s) - labels) / 6
+    else:
+        expected = -np.sum(labels * log_softmax(s, axis=1), axis=1).mean()
+        expected_grad = (softmax(s, axis=1) - labels) / 6
+    assert np.isfinite(loss)
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    np.testing.assert_allclose(grad, expected_grad, atol=1e-6)
+
+
+def _split(X, y):
+    return train_test_split(X.astype(np.float32), y, test_size=0.3, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def binary():
+    X, y = load_breast_cancer(return_X_y=True)
+    return _split(StandardScaler().fit_transform(X), y)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return _split(X, y)  # unscaled: large scores, which overflowed skl2onnx's Exp before
+
+
+def _mlp():
+    settings = dict(hidden_layer_sizes=(16,), solver="sgd", learning_rate_init=0.01)
+    return MLPClassifier(momentum=0.0, alpha=0.0, batch_size=10, random_state=0, **settings)
+
+
+def _sgd():
+    settings = dict(learning_rate="constant", eta0=0.01, alpha=1e-4, random_state=0)
+    return SGDClassifier(loss="log_loss", **settings)
+
+
+def _onnx_and_reference(make, X, y, zipmap: bool):
+    """The ONNX model of ``make()`` after its first epochs (solver iterations for
+    LogisticRegression, whose first one moves little), and the estimator trained by
+    scikit-learn EPOCHS more epochs (or iterations) from those weights."""
+    first = EPOCHS if make is LogisticRegression else 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = make().set_params(max_iter=first).fit(X, y)
+        onx = to_onnx(model, X[:1], options={"zipmap": zipmap})
+        if isinstance(model, SGDClassifier):
+            for _ in range(EPOCHS):
+                model.partial_fit(X, y)
+        else:
+            model.set_params(warm_start=True, max_iter=EPOCHS).fit(X, y)
+    return onx, model
+
+
+CASES = {
+    "mlp-binary-zipmap": (_mlp, "binary", True),
+    "mlp-binary": (_mlp, "binary", False),
+    "mlp-10-zipmap": (_mlp, "digits", True),
+    "mlp-10": (_mlp, "digits", False),
+    "sgd-binary": (_sgd, "binary", True),
+    "sgd-10": (_sgd, "digits", False),
+    "logreg-binary": (LogisticRegression, "binary", True),
+    "logreg-10": (LogisticRegression, "digits", False),
+}
+
+
+@pytest.mark.parametrize("backend", ["ort-training", "portable"])
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer], ids=lambda t: t.__name__)
+@pytest.mark.parametrize("case", list(CASES))
+def test_classifier_with_default_settings_matches_scikit_learn(case, trainer, backend, request):
+    make, data, zipmap = CASES[case]
+    X_train, X_test, y_train, y_test = request.getfixturevalue(data)
+    onx, reference = _onnx_and_reference(make, X_train, y_train, zipmap)
+    model = trainer(onx, max_iter=EPOCHS, random_state=0, backend=backend)
+    model.fit(X_train, y_train)  # default loss and learning rate: no divergence
+    assert model.is_classifier_
+    assert model.learning_loss_.probability_function in ("sigmoid", "softmax")
+    assert model.train_losses_[-1] < model.train_losses_[0]
+    expected = reference.score(X_test, y_test)
+    assert model.score(X_test, y_test) >= expected - 0.03, (model.train_losses_, expected)
+    proba = model.predict_proba(X_test)
+    np.testing.assert_allclose(proba.sum(axis=1), 1, rtol=1e-5)
+    np.testing.assert_array_equal(model.predict(X_test), model.classes_[proba.argmax(axis=1)])
