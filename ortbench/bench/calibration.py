@@ -27,8 +27,8 @@ import onnx
 from threadpoolctl import threadpool_limits
 
 from ..training import OrtBenchError
+from ..training.capi import Binding, make_session
 from ..training.graph_builder import GraphBuilder
-from ..training.iobinding import CachedBinding, make_session
 from ..training.runtime import cpu_scalar, session_options
 from .contenders import BASELINE, make_contender
 from .problems import make_problem
@@ -78,9 +78,7 @@ class _OrtLoop:
 
     def __init__(self):
         model = one_matmul_graph(_ORT_SIZE).SerializeToString()
-        self.binding = CachedBinding(
-            make_session(model, session_options(1), ["CPUExecutionProvider"])
-        )
+        self.binding = Binding(make_session(model, session_options(1), ["CPUExecutionProvider"]))
         self.buffers = [np.ones((_ORT_SIZE, _ORT_SIZE), dtype=np.float32) for _ in range(2)]
         self.values = [cpu_scalar(b) for b in self.buffers]
         self.binding.bind_input("X", self.values[0])
