@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -45,7 +46,8 @@ def test_results_schema(run_folder):
     assert len(results) == 8
     assert (results.run_id == "test-run").all()
     ok = results[results.status == "ok"]
-    assert sorted(ok.contender) == ["ort-full", "sklearn-mlp-sgd"]
+    torch = ["torch-sgd"] if importlib.util.find_spec("torch") else []
+    assert sorted(ok.contender) == ["ort-full", "sklearn-mlp-sgd", *torch]
     assert set(ok.device) == {"cpu"}
     others = results[results.status != "ok"]
     assert others.status.str.startswith("unavailable: ").all()
@@ -62,8 +64,9 @@ def test_results_schema(run_folder):
     assert (ok.final_train_loss < ok.initial_loss).all()
     assert ok.set_index("contender").runs_per_step.to_dict() == {
         "ort-full": 2.0,
-        "sklearn-mlp-sgd": pytest.approx(np.nan, nan_ok=True),
+        **{name: pytest.approx(np.nan, nan_ok=True) for name in ["sklearn-mlp-sgd", *torch]},
     }
+    assert (results.trained_values == 10 * 50 + 50 + 50 * 10 + 10 + 10 + 1).all()
     assert (results.onnxruntime_version == "1.19.2").all()
     assert (results.cpu_threads >= 1).all()
 
@@ -75,17 +78,19 @@ def test_results_schema(run_folder):
 
     curves = pd.read_csv(run_folder / LOSS_CURVES_CSV)
     assert len(curves) == 2 * len(ok)
-    assert list(curves.epoch) == [1, 2, 1, 2]
+    assert list(curves.epoch) == [1, 2] * len(ok)
 
 
 def test_summary_and_plots(run_folder):
     text = write_summary(run_folder)
     assert (run_folder / "summary.md").read_text() == text
-    assert "## mlp on diabetes, cpu" in text
+    assert "## mlp (1,071 trained values) on diabetes, cpu" in text
     assert "| 16 | sklearn-mlp-sgd |" in text and "| 1.00x |" in text
     assert "| 16 | ort-full |" in text
     assert "## Cells not run" in text
-    assert "unavailable: torch is not installed" in text or "torch-sgd" not in text
+    torch = importlib.util.find_spec("torch") is not None
+    assert ("| 16 | torch-sgd |" in text) == torch
+    assert ("unavailable: torch is not installed" in text) == (not torch)
     paths = write_plots(run_folder)
     assert len(paths) == 3
     for path in paths:

@@ -45,6 +45,8 @@ COLUMNS = [
     "epochs",
     "steps",
     "repeat",
+    "trained_values",
+    "baseline",
     *MEASURED,
     "status",
     "python_version",
