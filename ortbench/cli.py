@@ -16,8 +16,9 @@ from pathlib import Path
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
-from .bench.problems import PROBLEMS, make_problem
+from .bench.problems import PROBLEMS, make_problem, parse_hidden, problem_name, sized_problems
 from .bench.store import RESULTS_CSV, ResultsWriter
+from .bench.user_model import USER_LOSSES, UserFiles, load_user_problem
 from .profiling.driver import ProfileRequest, profile
 from .report.html import write_index
 from .report.plots import write_plots
@@ -79,7 +80,11 @@ def _bench(args: argparse.Namespace) -> int:
         "devices": args.devices and _names(args.devices),
         "epochs": args.epochs,
         "repeat": args.repeat,
+        "n_samples": args.n_samples,
+        "n_features": args.n_features,
+        "baseline": args.baseline,
     }
+    overrides.update(_own_problems(args, overrides["problems"] or config.problems))
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
     run_id = run_id_now()
     folder = _new_folder(Path(args.out), run_id)
@@ -101,6 +106,38 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
+    """The problems and data sets of ``--model``/``--data`` (checked and loaded before any
+    cell runs) or of ``--hidden``; nothing to override without them."""
+    user = UserFiles.from_options(args)
+    if user is not None:
+        if args.problem or args.dataset or args.hidden:
+            raise OrtBenchError("--model and --data replace --problem, --dataset and --hidden")
+        problem = load_user_problem(user)
+        return {"problems": (problem.name,), "datasets": (problem.dataset,)}
+    if args.hidden:
+        hidden = parse_hidden(args.hidden)
+        return {"problems": sized_problems(problems, hidden)}
+    return {}
+
+
+def _add_own_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model, --data and their options, the same on bench and profile."""
+    own = parser.add_argument_group("your own model and data")
+    own.add_argument("--model", metavar="FILE.onnx", help="train this ONNX model")
+    own.add_argument(
+        "--data",
+        nargs="+",
+        metavar="FILE",
+        help="its data: .npz (X, y, sample_weight), X.npy y.npy [w.npy], .csv or .parquet",
+    )
+    own.add_argument("--target", metavar="COLUMN", help="the target column of .csv/.parquet data")
+    own.add_argument("--sample-weight", metavar="COLUMN", help="the sample weights' column")
+    own.add_argument("--weights", nargs="+", metavar="NAME", help="initializers to train")
+    own.add_argument("--loss", choices=USER_LOSSES, help="training loss (default: log for a "
+                     "classifier, else squared_error)")  # fmt: skip
+
+
 def _profile(args: argparse.Namespace) -> int:
     if args.contender not in CONTENDERS:
         raise OrtBenchError(
@@ -110,6 +147,13 @@ def _profile(args: argparse.Namespace) -> int:
         raise OrtBenchError("--batch-size and --epochs must be >= 1")
     if not 0 <= args.min_fraction < 1:
         raise OrtBenchError(f"--min-fraction must be in [0, 1), got {args.min_fraction}")
+    user = UserFiles.from_options(args)
+    if user is not None:
+        load_user_problem(user)
+        args.problem, args.dataset = user.names
+    elif args.hidden:
+        (hidden,) = parse_hidden([args.hidden])
+        args.problem = problem_name(args.problem, hidden)
     request = ProfileRequest(
         args.contender,
         args.problem,
@@ -118,6 +162,7 @@ def _profile(args: argparse.Namespace) -> int:
         args.epochs,
         args.device,
         args.min_fraction,
+        user and user.to_json(),
     )
     try:
         make_contender(
@@ -192,6 +237,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--repeat", type=int, help=f"timed fits per cell (default {BenchConfig.repeat})"
     )
+    bench.add_argument("--hidden", nargs="+", metavar="H1,H2", help="MLP sizes: 50,10 256,128")
+    bench.add_argument("--n-samples", type=int, metavar="N", help="rows of each data set")
+    bench.add_argument("--n-features", type=int, metavar="N", help="features of generated data")
+    bench.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
+    _add_own_model_options(bench)
     bench.add_argument("--out", default="reports", help="parent folder of the run folder")
     bench.set_defaults(func=_bench)
 
@@ -221,6 +271,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     profiling.add_argument("contender", metavar="CONTENDER", help=f"of {', '.join(CONTENDERS)}")
     profiling.add_argument("--problem", default="mlp", choices=PROBLEMS)
+    profiling.add_argument("--hidden", metavar="H1,H2", help="the MLP's hidden layers: 256,128")
     profiling.add_argument("--dataset", default="make_regression", choices=DATASETS)
     profiling.add_argument("--batch-size", type=int, default=15)
     profiling.add_argument("--epochs", type=int, default=3)
@@ -229,6 +280,7 @@ def _parser() -> argparse.ArgumentParser:
         "--min-fraction", type=float, default=0.001, help="cut call-tree nodes below this share"
     )
     profiling.add_argument("--out", default="reports", help="parent folder of the run folder")
+    _add_own_model_options(profiling)
     profiling.set_defaults(func=_profile)
 
     reporting = commands.add_parser(

@@ -152,6 +152,31 @@ def problem_name(base: str, hidden: tuple[int, ...] | None) -> str:
     return "-".join([base, *map(str, hidden)])
 
 
+def sized_problems(
+    problems: tuple[str, ...], hidden: tuple[tuple[int, ...], ...]
+) -> tuple[str, ...]:
+    """Every built-in problem of ``problems`` at every size of ``hidden`` (the linear
+    problem, which has no hidden layer, once)."""
+    names = [problem_name(parse_problem_name(p)[0], h) for p in problems for h in hidden]
+    return tuple(dict.fromkeys(names))
+
+
+def parse_hidden(values: list[str]) -> tuple[tuple[int, ...], ...]:
+    """``['50,10', '256,128']`` -> ((50, 10), (256, 128)): hidden layers, one size per value."""
+    sizes = []
+    for value in values:
+        try:
+            size = tuple(int(v) for v in value.split(","))
+        except ValueError:
+            size = ()
+        if not size or any(v < 1 for v in size):
+            raise OrtBenchError(
+                f"--hidden {value!r}: give layer sizes as integers >= 1 joined by commas (256,128)"
+            )
+        sizes.append(size)
+    return tuple(sizes)
+
+
 def parse_problem_name(name: str) -> tuple[str, tuple[int, ...]]:
     """The built-in problem and hidden layers a name stands for (see :func:`problem_name`)."""
     if name in _MODELS:

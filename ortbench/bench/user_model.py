@@ -60,6 +60,22 @@ class UserFiles:
     weights: tuple[str, ...] | None = None
     loss: str | None = None
 
+    @classmethod
+    def from_options(cls, options) -> UserFiles | None:
+        """The files of the command line's ``--model``/``--data`` options (None: neither)."""
+        if options.model is None and options.data is None:
+            return None
+        if options.model is None or options.data is None:
+            raise OrtBenchError("--model and --data go together: give both")
+        return cls(
+            options.model,
+            tuple(options.data),
+            options.target,
+            options.sample_weight,
+            tuple(options.weights) if options.weights else None,
+            options.loss,
+        )
+
     def to_json(self) -> str:
         """The options as one JSON line (what a profiled subprocess is handed)."""
         return json.dumps(asdict(self))
