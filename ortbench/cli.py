@@ -23,6 +23,7 @@ from .profiling.driver import ProfileRequest, profile
 from .report.html import write_index
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
+from .report.scaling import write_scaling_plot
 from .report.summary import SUMMARY_MD
 from .report.units import format_seconds
 from .report.verdicts import compare, comparison_markdown
@@ -66,6 +67,7 @@ def _new_folder(root: Path, run_id: str) -> Path:
 
 def _write_reports(folder: Path) -> str:
     write_plots(folder)
+    write_scaling_plot(folder)
     write_index(folder)  # writes summary.md too
     return (folder / SUMMARY_MD).read_text(encoding="utf-8")
 

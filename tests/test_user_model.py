@@ -19,6 +19,7 @@ from ortbench.bench.problems import make_problem, sized_problems
 from ortbench.bench.store import RESULTS_CSV
 from ortbench.bench.user_model import mlp_layers
 from ortbench.cli import main
+from ortbench.report.scaling import fixed_batch_size
 
 TORCH = importlib.util.find_spec("torch") is not None
 ENGINE = ("ort-full", "ort-fwbw", "ort-fwbw-nesterov", "ort-portable-full")
@@ -218,6 +219,20 @@ def test_cli_hidden_runs_every_size(tmp_path):
     assert list(results.problem) == ["mlp-8-4", "mlp-16"]
     assert list(results.trained_values) == [5 * 8 + 8 + 8 * 4 + 4 + 4 + 1, 5 * 16 + 16 + 16 + 1]
     assert (results.status == "ok").all()
+    (folder,) = tmp_path.iterdir()
+    assert (folder / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (
+        "## mlp-8-4 (89 trained values) on make_regression, cpu"
+        in (folder / "summary.md").read_text()
+    )
+
+
+def test_the_size_panel_compares_at_the_batch_most_sizes_ran():
+    rows = pd.DataFrame(
+        {"problem": ["a", "a", "b", "b", "c"], "batch_size": [16, 256, 16, 256, 1024]}
+    )
+    assert fixed_batch_size(rows) == 256
+    assert fixed_batch_size(rows[rows.batch_size != 256]) == 16
 
 
 def bad_inputs(folder):
