@@ -86,8 +86,13 @@ def run_bench(tmp_path, *options: str) -> pd.DataFrame:
     argv = ["bench", "--batch-sizes", "16", "--devices", "cpu", "--epochs", "2", "--repeat", "1"]
     assert main([*argv, *options, "--out", str(tmp_path)]) == 0
     (folder,) = tmp_path.iterdir()
-    assert (folder / "summary.md").exists() and (folder / "index.html").exists()
+    assert (folder / "index.html").exists()
     return pd.read_csv(folder / RESULTS_CSV)
+
+
+def summary_of(tmp_path) -> str:
+    (folder,) = tmp_path.iterdir()
+    return (folder / "summary.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -125,6 +130,21 @@ def test_bench_trains_a_hand_built_model(files, tmp_path, data):
     assert np.allclose(ok.initial_loss, ok.initial_loss.iloc[0], rtol=1e-5)
     assert ok.initial_loss.iloc[0] == pytest.approx(full, rel=0.3)
     assert (ok.final_train_loss < ok.initial_loss).all()
+    # scikit-learn did not run: speed-ups are over the first engine contender
+    assert "| 16 | ort-full | " in summary_of(tmp_path)
+    assert "speed-up vs ort-full" in summary_of(tmp_path)
+
+
+def test_baseline_option(files, tmp_path):
+    run_bench(
+        tmp_path, "--model", str(files / "model.onnx"), "--data", str(files / "data.npz"),
+        "--contenders", "ort-full", "ort-fwbw", "--baseline", "ort-fwbw",
+    )  # fmt: skip
+    text = summary_of(tmp_path)
+    assert "speed-up vs ort-fwbw" in text
+    (row,) = [line for line in text.splitlines() if line.startswith("| 16 | ort-fwbw |")]
+    assert "| 1.00x |" in row
+    assert main(["bench", "--contenders", "ort-full", "--baseline", "ort-fwbw"]) == 2
 
 
 def test_the_starting_loss_is_the_models_own(files):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 
 import numpy as np
 import onnx
@@ -86,7 +86,7 @@ class Problem:
         """True when the model is an MLP without hidden layer."""
         return self.hidden == ()
 
-    @property
+    @cached_property
     def trained_values(self) -> int:
         """How many values a step trains: the sizes of the weights the trainers train."""
         model = rewrite_linear_nodes(self.onnx_model)
