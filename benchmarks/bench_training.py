@@ -1,18 +1,17 @@
 """Training benchmarks: epoch time, peak memory, final loss and onnxruntime cost counters.
 
-Every suite runs the contenders of ``ortbench bench`` over contender x problem x batch size x
-device; cells a contender cannot run raise NotImplementedError in ``setup`` (asv records
-them as skipped).
+Every suite runs the contenders of ``ortbench bench`` (all of them, or the engine's where
+it measures the engine) over problem x batch size x device; cells a contender cannot run
+raise NotImplementedError in ``setup`` (asv records them as skipped).
 """
 
 from __future__ import annotations
 
 import sys
 
-from ortbench.bench.contenders.ort import OrtContender
 from ortbench.bench.memory import memory_growth
 
-from .common import PARAM_NAMES, PARAMS, contender
+from .common import ENGINE_CONTENDERS, ContenderSuite
 
 #: Epochs of the fit whose peak memory is measured, and of the fit whose loss is tracked.
 SHORT_FIT = 2
@@ -21,48 +20,35 @@ TRACKED_FIT = 5
 LONG_FIT = 100
 
 
-class TimeEpoch:
+class TimeEpoch(ContenderSuite):
     """One more training epoch, the model already built and warmed up by a first epoch."""
 
-    params = PARAMS
-    param_names = PARAM_NAMES
-    timeout = 300
-
     def setup(self, name, problem, batch_size, device):
-        self.contender = contender(name, problem, batch_size, device).fit(1)
+        super().setup(name, problem, batch_size, device)
+        self.contender.fit(1)
 
     def time_epoch(self, name, problem, batch_size, device):
         self.contender.continue_fit(1)
 
 
-class PeakMemory:
+class PeakMemory(ContenderSuite):
     """Peak memory of a short fit from scratch (building included)."""
-
-    params = PARAMS
-    param_names = PARAM_NAMES
-    timeout = 300
-
-    def setup(self, name, problem, batch_size, device):
-        self.contender = contender(name, problem, batch_size, device)
 
     def peakmem_fit(self, name, problem, batch_size, device):
         self.contender.fit(SHORT_FIT)
 
 
-class MemoryGrowth:
+class MemoryGrowth(ContenderSuite):
     """Peak memory of a 100-epoch fit over that of its first epoch (1.0: nothing grows per
     step), for the engine's trainers."""
 
-    params = PARAMS
-    param_names = PARAM_NAMES
+    contenders = ENGINE_CONTENDERS
     timeout = 600
 
     def setup(self, name, problem, batch_size, device):
         if not sys.platform.startswith("linux"):
             raise NotImplementedError("the peak is read from /proc/self (Linux only)")
-        self.contender = contender(name, problem, batch_size, device)
-        if not isinstance(self.contender, OrtContender):
-            raise NotImplementedError(f"{name} is not one of the engine's trainers")
+        super().setup(name, problem, batch_size, device)
 
     def track_peak_memory_ratio(self, name, problem, batch_size, device):
         return memory_growth(self.contender, LONG_FIT).ratio
@@ -70,15 +56,8 @@ class MemoryGrowth:
     track_peak_memory_ratio.unit = "ratio"
 
 
-class FinalLoss:
+class FinalLoss(ContenderSuite):
     """Training loss of the last epoch of a fit from the problem's initial weights."""
-
-    params = PARAMS
-    param_names = PARAM_NAMES
-    timeout = 300
-
-    def setup(self, name, problem, batch_size, device):
-        self.contender = contender(name, problem, batch_size, device)
 
     def track_final_loss(self, name, problem, batch_size, device):
         return self.contender.fit(TRACKED_FIT).loss_curve_[-1]
@@ -86,18 +65,15 @@ class FinalLoss:
     track_final_loss.unit = "loss"
 
 
-class RuntimeCounters:
-    """onnxruntime runs and new OrtValues per training step in steady state (deterministic)."""
+class RuntimeCounters(ContenderSuite):
+    """onnxruntime runs and new OrtValues per training step in steady state (deterministic),
+    for the engine's trainers."""
 
-    params = PARAMS
-    param_names = PARAM_NAMES
-    timeout = 300
+    contenders = ENGINE_CONTENDERS
 
     def setup(self, name, problem, batch_size, device):
-        counts = contender(name, problem, batch_size, device).fit(1).runtime_counts()
-        if counts is None:
-            raise NotImplementedError(f"{name} runs no onnxruntime session")
-        self.counts = counts
+        super().setup(name, problem, batch_size, device)
+        self.counts = self.contender.fit(1).runtime_counts()
 
     def track_runs_per_step(self, name, problem, batch_size, device):
         return self.counts.runs_per_step

@@ -1,17 +1,43 @@
-"""What every suite shares: the parameter axes and how a cell gets its contender."""
+"""What every suite shares: the parameter axes, and one base class that makes a cell's
+contender."""
 
 from __future__ import annotations
 
 from ortbench.bench.contenders import CONTENDERS, Contender, Unavailable, make_contender
+from ortbench.bench.contenders.ort import OrtContender
 from ortbench.bench.problems import PROBLEMS, make_problem
 
 CONTENDER_NAMES = list(CONTENDERS)
+#: The contenders that train with ortbench's engine (they run onnxruntime sessions).
+ENGINE_CONTENDERS = [name for name, cls in CONTENDERS.items() if issubclass(cls, OrtContender)]
 PROBLEM_NAMES = list(PROBLEMS)
 BATCH_SIZES = [1, 15, 256]
 DEVICES = ["cpu", "cuda"]
-
-PARAMS = [CONTENDER_NAMES, PROBLEM_NAMES, BATCH_SIZES, DEVICES]
 PARAM_NAMES = ["contender", "problem", "batch_size", "device"]
+
+
+class ContenderSuite:
+    """An asv suite over contender x problem x batch size x device.
+
+    A suite lists the values it uses of each axis (``contenders``, ``problems``,
+    ``batch_sizes``, ``devices``: all of them unless it says otherwise); asv's ``params``
+    are made from them. :meth:`setup` makes the cell's contender as ``self.contender``; a
+    cell it cannot run raises NotImplementedError, which asv records as skipped.
+    """
+
+    contenders = CONTENDER_NAMES
+    problems = PROBLEM_NAMES
+    batch_sizes = BATCH_SIZES
+    devices = DEVICES
+    param_names = PARAM_NAMES
+    timeout = 300
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.params = [cls.contenders, cls.problems, cls.batch_sizes, cls.devices]
+
+    def setup(self, name: str, problem: str, batch_size: int, device: str) -> None:
+        self.contender = contender(name, problem, batch_size, device)
 
 
 def contender(name: str, problem: str, batch_size: int, device: str) -> Contender:

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
+from helpers import fitted_mlp
 from skl2onnx import to_onnx
 from sklearn.datasets import make_regression
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.neural_network import MLPRegressor
-
-
-def fitted_mlp(X, y, hidden=(6, 4), **kwargs) -> MLPRegressor:
-    """An MLPRegressor with weights set by one SGD epoch (no convergence warning)."""
-    params = dict(hidden_layer_sizes=hidden, solver="sgd", max_iter=1, random_state=0)
-    params.update(kwargs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return MLPRegressor(**params).fit(X, y)
 
 
 @pytest.fixture(scope="session")

@@ -12,12 +12,12 @@ import numpy as np
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
-from onnxruntime.capi import _pybind_state as C
 
 from ortbench.bench.contenders import CONTENDERS, Unavailable, make_contender
 from ortbench.bench.counters import count_runtime
 from ortbench.bench.memory import MemoryGrowth, memory_growth
 from ortbench.bench.problems import make_problem
+from ortbench.training import capi
 
 TORCH = importlib.util.find_spec("torch") is not None
 #: (problem, data set, batch size): batch 1 on the linear problem lets sklearn-sgd run
@@ -151,20 +151,22 @@ class LoopWithKnownCosts:
             ),
             opset_imports=[helper.make_opsetid("", 17)],
         )
-        self.session = onnxruntime.InferenceSession(model.SerializeToString())._sess
-        self.device = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+        self.session = capi.make_session(
+            model.SerializeToString(), onnxruntime.SessionOptions(), ["CPUExecutionProvider"]
+        )
+        self.device = capi.OrtDevice(capi.OrtDevice.cpu(), capi.OrtDevice.default_memory(), 0)
         self.x = np.ones((2, 2), np.float32)
 
     def _run_epoch(self, batches):
         for _ in batches:
-            value = C.OrtValue.ortvalue_from_numpy(self.x, self.device)
-            feeds, fetches = C.OrtValueVector(), C.OrtValueVector()
+            value = capi.OrtValue.ortvalue_from_numpy(self.x, self.device)
+            feeds, fetches = capi.OrtValueVector(), capi.OrtValueVector()
             feeds.push_back(value)
-            options = C.RunOptions()
+            options = capi.RunOptions()
             self.session.run_with_ortvaluevector(
                 options, ["X"], feeds, ["Y"], fetches, [self.device]
             )
-            binding = C.SessionIOBinding(self.session)
+            binding = capi.SessionIOBinding(self.session)
             binding.bind_ortvalue_input("X", value)
             binding.bind_ortvalue_output("Y", fetches[0])  # preallocated: not a new one
             self.session.run_with_iobinding(binding, options)

@@ -13,6 +13,7 @@ from ortbench.training import (
     LearningRateSGD,
     LearningRateSGDNesterov,
     OrtBenchError,
+    capi,
     onnx_derivative,
     runtime,
 )
@@ -163,8 +164,18 @@ def test_not_fitted(trainer, regression, mlp_onnx):
 
 
 def test_runtime_without_training_support(monkeypatch):
-    monkeypatch.delattr(runtime.C, "TrainingAgent")
+    monkeypatch.delattr(capi._C, "TrainingAgent")
     with raises_one_line(
         "is not the training build ortbench needs: install onnxruntime-training-cpu"
     ):
         runtime.check_training_build()
+
+
+def test_a_missing_onnxruntime_symbol_is_named_in_one_line(monkeypatch):
+    """The adapter reads a training-only symbol on first use, so a build that lacks it
+    says which one and what to install (here, as a plain onnxruntime build would)."""
+    monkeypatch.delattr(capi._C, "PartialGraphExecutionState", raising=False)
+    monkeypatch.delitem(vars(capi), "PartialGraphExecutionState", raising=False)
+    with raises_one_line("has no PartialGraphExecutionState: install onnxruntime-training"):
+        capi.PartialGraphExecutionState()
+    assert "PartialGraphExecutionState" in capi.missing(capi.TRAINING_SYMBOLS)

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from helpers import fitted_mlp
 from onnx import helper, numpy_helper
 from skl2onnx import to_onnx
 from sklearn.linear_model import LinearRegression, LogisticRegression, SGDRegressor
@@ -195,7 +196,6 @@ def numeric_gradient(f, value: np.ndarray, eps=1e-3) -> np.ndarray:
 
 @pytest.mark.parametrize("hidden", [(), (4, 3)], ids=["linear", "mlp"])
 def test_onnx_derivative_matches_finite_differences(hidden, regression):
-    from conftest import fitted_mlp
 
     X, y = regression
     X = X[:7].astype(np.float64).astype(np.float32)

@@ -7,13 +7,12 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-from conftest import fitted_mlp
+from helpers import fitted_mlp, ortbench_names, sklearn_epoch
 from onnx import TensorProto, helper
 from skl2onnx import to_onnx
 from sklearn.neural_network import MLPClassifier
 
 from ortbench.training import (
-    ElasticLearningPenalty,
     ForwardBackwardTrainer,
     FullTrainer,
     LearningRateSGD,
@@ -21,7 +20,6 @@ from ortbench.training import (
     OrtBenchError,
     onnx_derivative,
 )
-from ortbench.training.derivative import choose_backend
 from ortbench.training.graph_builder import GraphBuilder
 from ortbench.training.portable import RULES, split_forward_backward, vjp_graph
 from ortbench.training.runtime import runtime_problem
@@ -225,9 +223,7 @@ def test_unknown_backend():
     ],
     ids=["sgd", "nesterov"],
 )
-def test_portable_full_trainer_follows_scikit_learn(learning_rate, momentum, regression):
-    from test_trainers import ortbench_names, sklearn_epoch
-
+def test_portable_full_trainer_follows_scikit_learn(learning_rate, momentum, regression, tmp_path):
     X, y = regression
     onx, start, end = sklearn_epoch(X, y, momentum)
     model = FullTrainer(
@@ -239,7 +235,8 @@ def test_portable_full_trainer_follows_scikit_learn(learning_rate, momentum, reg
         backend="portable",
     )
     state = model.fit(X, y).get_state()
-    assert {n.domain for n in model._graphs()["fused_step"].graph.node} <= {""}
+    graphs = saved_graphs(model, tmp_path)
+    assert {n.domain for n in graphs["fused_step"].graph.node} <= {""}
     for name, w0, w1 in zip(ortbench_names(len(start) // 2), start, end):
         expected = w1 - w0
         got = state[name] - w0.reshape(state[name].shape)
@@ -263,15 +260,6 @@ def test_portable_full_trainer_classifies_and_matches_ort_training(regression):
     assert portable.score(X, labels) == runtime.score(X, labels)
 
 
-def test_default_backend_follows_the_installed_runtime(regression, mlp_onnx):
-    X, y = regression
-    expected = "portable" if runtime_problem() else "ort-training"
-    assert choose_backend(None) == expected
-    model = FullTrainer(mlp_onnx, learning_rate=LearningRateSGD(0.01), max_iter=5)
-    assert model.fit(X, y).train_losses_[-1] < model.train_losses_[0]
-    assert model._backend == expected
-
-
 @pytest.mark.parametrize(
     ("learning_rate", "momentum"),
     [
@@ -281,10 +269,8 @@ def test_default_backend_follows_the_installed_runtime(regression, mlp_onnx):
     ids=["sgd", "nesterov"],
 )
 def test_portable_forward_backward_trainer_follows_scikit_learn(
-    learning_rate, momentum, regression
+    learning_rate, momentum, regression, tmp_path
 ):
-    from test_trainers import ortbench_names, sklearn_epoch
-
     X, y = regression
     onx, start, end = sklearn_epoch(X, y, momentum)
     model = ForwardBackwardTrainer(
@@ -296,7 +282,7 @@ def test_portable_forward_backward_trainer_follows_scikit_learn(
         backend="portable",
     )
     state = model.fit(X, y).get_state()
-    graphs = model._graphs()
+    graphs = saved_graphs(model, tmp_path)
     assert {n.domain for g in graphs.values() for n in g.graph.node} <= {""}
     for name, w0, w1 in zip(ortbench_names(len(start) // 2), start, end):
         expected = w1 - w0
@@ -306,26 +292,6 @@ def test_portable_forward_backward_trainer_follows_scikit_learn(
         )
 
 
-@pytest.mark.parametrize(
-    ("trainer", "settings"),
-    [
-        (ForwardBackwardTrainer, dict(learning_rate=LearningRateSGDNesterov(0.01))),
-        (ForwardBackwardTrainer, dict(learning_penalty=ElasticLearningPenalty(0.01, 0.01))),
-        (FullTrainer, dict(learning_rate=LearningRateSGDNesterov(0.01))),
-    ],
-    ids=["fwbw-stacked-momentum", "fwbw-penalty", "fused-momentum"],
-)
-def test_flat_buffers_start_on_cache_lines_and_their_padding_stays_zero(
-    trainer, settings, regression, mlp_onnx
-):
-    X, y = regression
-    model = trainer(mlp_onnx, backend="portable", batch_size=16, max_iter=2, **settings)
-    state = model.fit(X, y).get_state()
-    buffers = model._weights if trainer is ForwardBackwardTrainer else model._steps._buffers
-    size = sum(v.size for v in state.values())
-    assert size % 16, "the model should leave some padding to check"
-    for host in buffers._hosts:  # the flat weights, steps and states
-        assert host.ctypes.data % 64 == 0
-        assert host.shape[-1] % 16 == 0
-        np.testing.assert_array_equal(host[..., size:], 0)
-    assert all(np.isfinite(v).all() for v in state.values())
+def saved_graphs(model, folder) -> dict[str, onnx.ModelProto]:
+    """The graphs a fitted trainer runs, as ``save_onnx_graph`` writes them."""
+    return {name: onnx.load(path) for name, path in model.save_onnx_graph(folder).items()}

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-from conftest import fitted_mlp
+from helpers import fitted_mlp, ortbench_names, sklearn_epoch
 from skl2onnx import to_onnx
 from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer
@@ -76,23 +76,6 @@ def test_one_full_batch_step_is_the_finite_difference_gradient(trainer, hidden, 
     for name in before:
         got = (before[name] - after[name]) / eta
         np.testing.assert_allclose(got, expected[name], rtol=2e-3, atol=2e-4, err_msg=name)
-
-
-def sklearn_epoch(X, y, momentum):
-    """Initial weights, then MLPRegressor's weights after one more epoch of SGD."""
-    reference = fitted_mlp(
-        X, y, learning_rate_init=0.01, momentum=momentum, alpha=0.0, shuffle=False, batch_size=16
-    )
-    onx = to_onnx(reference, X[:1])
-    start = [c.copy() for c in reference.coefs_] + [b.copy() for b in reference.intercepts_]
-    reference.set_params(warm_start=True).fit(X, y)
-    end = reference.coefs_ + reference.intercepts_
-    return onx, start, end
-
-
-def ortbench_names(n_layers):
-    suffixes = [str(k) if k else "" for k in range(n_layers)]
-    return [f"coefficient{s}" for s in suffixes] + [f"intercepts{s}" for s in suffixes]
 
 
 @pytest.mark.parametrize(
@@ -333,22 +316,3 @@ def test_adamw_first_step_is_a_signed_gradient_step(regression):
         np.testing.assert_allclose(after[name][clear], expected[clear], rtol=1e-4, atol=2e-6)
     model.set_params(max_iter=20).fit(X, y)
     assert model.train_losses_[-1] < model.train_losses_[0]
-
-
-@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
-def test_auto_threads_follow_the_work_of_a_step(trainer, mlp_onnx):
-    """One intra-op thread below ONE_THREAD_WORK multiply-adds per step, the pool above."""
-    from ortbench.training.base import ONE_THREAD_WORK
-
-    values = sum(w.size for w in trainer(mlp_onnx).initial_state().values())
-
-    def threads(batch_size, intra_op_threads="auto"):
-        model = trainer(mlp_onnx, batch_size=batch_size, intra_op_threads=intra_op_threads)
-        model._prepare_model()
-        return model._choose_threads()
-
-    assert threads(1024) == 1
-    assert threads(ONE_THREAD_WORK // values) == 1
-    assert threads(ONE_THREAD_WORK // values + 1) is None
-    assert threads(1024, intra_op_threads=2) == 2
-    assert threads(1, intra_op_threads=None) is None

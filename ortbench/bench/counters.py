@@ -1,9 +1,10 @@
 """Deterministic cost counters: onnxruntime runs and OrtValues allocated per training step.
 
 Timings are noisy; these counts are not. While :func:`count_runtime` is active, every epoch
-the trainer runs (``BaseTrainer._run_epoch``, the one method each trainer implements to
-train an epoch) is watched: the onnxruntime classes' run methods and OrtValue factories are
-replaced, for the duration of that epoch only, by wrappers that count
+the trainer runs (``BaseTrainer._run_epoch``) is watched: the run methods and OrtValue
+factories of the onnxruntime classes the engine reads from its one adapter module
+(:mod:`ortbench.training.capi`) are replaced, for the duration of that epoch only, by
+wrappers that count
 
 - runs: each call that runs a graph or an optimizer step;
 - OrtValues: each OrtValue created from Python (``OrtValue.ortvalue_from_*``) and each
@@ -17,7 +18,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from onnxruntime.capi import _pybind_state as C
+from ..training import capi
 
 #: onnxruntime classes and their methods that run a graph or an optimizer step.
 RUN_METHODS = {
@@ -61,13 +62,13 @@ class RuntimeCounts:
         return self.ortvalues / self.steps
 
 
-def _addresses(vector: C.OrtValueVector) -> list[int]:
+def _addresses(vector: capi.OrtValueVector) -> list[int]:
     return [vector[i].data_ptr() for i in range(len(vector))]
 
 
 def _counting_run(run, counts: RuntimeCounts):
     def counted(self, *args, **kwargs):
-        vectors = [a for a in args if isinstance(a, C.OrtValueVector)]
+        vectors = [a for a in args if isinstance(a, capi.OrtValueVector)]
         before = [_addresses(v) for v in vectors]
         result = run(self, *args, **kwargs)
         counts.runs += 1
@@ -89,11 +90,12 @@ def _counting_factory(factory, counts: RuntimeCounts):
 def _patch(counts: RuntimeCounts) -> list[Callable[[], None]]:
     """Install the counting wrappers; return the functions that restore the originals."""
     patches = [
-        (getattr(C, owner), name, _counting_run)
+        (getattr(capi, owner), name, _counting_run)
         for owner, names in RUN_METHODS.items()
+        if not capi.missing((owner,))  # the training classes, on a plain build
         for name in names
     ]
-    patches += [(C.OrtValue, name, _counting_factory) for name in FACTORIES]
+    patches += [(capi.OrtValue, name, _counting_factory) for name in FACTORIES]
     restores = []
     for cls, name, wrap in patches:
         original = cls.__dict__.get(name)
@@ -111,14 +113,14 @@ def count_runtime(trainer) -> Iterator[RuntimeCounts]:
     counts = RuntimeCounts()
     run_epoch = trainer._run_epoch
 
-    def counted_epoch(batches):
+    def counted_epoch(loader):
         restores = _patch(counts)
         try:
-            return run_epoch(batches)
+            return run_epoch(loader)
         finally:
             for restore in restores:
                 restore()
-            counts.steps += len(batches)
+            counts.steps += len(loader)
 
     trainer._run_epoch = counted_epoch
     try:

@@ -1,15 +1,17 @@
 """The fit loop and estimator plumbing both trainers share.
 
-A trainer subclass builds its graphs (:meth:`BaseTrainer._build`), prepares the
-per-fit bindings over the staged batches (:meth:`BaseTrainer._start_fit`) and runs one
-epoch (:meth:`BaseTrainer._run_epoch`); everything else (input checks, batching,
-learning-rate schedule, divergence, validation, state, predict, score, export) is here.
+A trainer subclass prepares its model and chooses its step object
+(:meth:`BaseTrainer._build`, see :mod:`ortbench.training.steps`), which builds the graphs,
+binds them over the staged batches and runs the epochs; everything else (input checks,
+batching, learning-rate schedule, divergence, validation, state, predict, score, export)
+is here.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -20,7 +22,7 @@ from sklearn.metrics import accuracy_score, r2_score
 
 from .data import BatchLoader
 from .derivative import choose_backend
-from .errors import OrtBenchError
+from .errors import NotFittedTrainerError, OrtBenchError
 from .graph_tools import (
     check_weight_names,
     drop_noop_reshapes,
@@ -33,50 +35,145 @@ from .graph_tools import (
 )
 from .learning_rates import BaseLearningRate, LearningRateSGD
 from .losses import BaseLearningLoss
-from .runtime import (
-    check_device,
-    providers,
-    quiet_logs,
-    session_options,
-)
+from .runtime import SessionMaker, check_device, providers, quiet_logs
+from .steps import Steps
 
 #: Steps below this much work (batch size x trained values, about the multiply-adds of a
 #: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``: handing
-#: kernels to a pool that does not spin costs more than it saves. On 2 cores one thread
-#: won at every size measured, from MLP 100-50-10-1 at batch 1 (5.6 thousand) to MLP
-#: 100-256-128-1 at batch 1024 (60 million, 3% apart); the pool is kept above this for
-#: machines with more cores.
+#: kernels to a pool that does not spin costs more than it saves (measured in
+#: ``benchmarks/README.md``); the pool is kept above this for machines with more cores.
 ONE_THREAD_WORK = 2**24
+
+
+#: numpydoc entries both trainers share, put into their docstrings by
+#: :func:`shared_docstring` where ``{model_parameters}``, ``{fit_parameters}`` and
+#: ``{attributes}`` stand.
+SHARED_DOC = {
+    "model_parameters": """\
+model_onnx : onnx.ModelProto, bytes or path
+    The model to train: one data input, float outputs (a classifier's probabilities
+    may sit behind a ZipMap). Linear scikit-learn nodes are rewritten into trainable
+    MatMul/Add first.
+weights_to_train : list of str, optional
+    The initializers to train; by default every float initializer that is a parameter
+    (see :func:`~ortbench.training.trainable_initializers`).""",
+    "fit_parameters": """\
+batch_size : int, default=10
+    Rows per step; the last batch of an epoch is padded with rows of weight 0.
+max_iter : int, default=100
+    Epochs per call to :meth:`fit`.
+device : str, default='cpu'
+    ``'cpu'``, ``'cuda'`` or ``'cuda:N'``.
+shuffle : bool, default=True
+    Shuffle the rows before every epoch.
+random_state : int, RandomState or None, default=None
+    Seeds the shuffling.
+warm_start : bool, default=False
+    A new :meth:`fit` continues from the current weights, optimizer state and schedule.
+verbose : int, default=0
+    Print the loss of every epoch on stderr.
+validation_every : int, default=1
+    Epochs between two scores of the validation data given to :meth:`fit`.
+intra_op_threads : 'auto', int or None, default='auto'
+    Intra-op threads of every session: ``'auto'`` runs small steps (batch size times
+    trained values below ``ONE_THREAD_WORK``) on one thread, None keeps onnxruntime's
+    default pool.""",
+    "attributes": """\
+model_ : onnx.ModelProto
+    The model as trained (linear nodes rewritten).
+weights_ : list of str
+    The trained weights.
+output_name_ : str
+    The output the loss reads.
+is_classifier_ : bool
+    Whether the loss is a log loss (labels are one-hot encoded).
+classes_ : numpy.ndarray
+    The class labels (classifiers only).
+learning_rate_ : BaseLearningRate
+    The fitted schedule (a clone of ``learning_rate``).
+t_ : int
+    Samples seen so far.
+train_losses_ : list of float
+    The training loss of every epoch (mean over samples, penalty included).
+validation_losses_ : list of float
+    The validation loss, every ``validation_every`` epochs.
+n_iter_ : int
+    Epochs run.""",
+}
+
+
+def shared_docstring(cls: type) -> type:
+    """Put the :data:`SHARED_DOC` entries into the docstring of the trainer ``cls``."""
+    doc = cls.__doc__
+    for name, text in SHARED_DOC.items():
+        doc = doc.replace("{" + name + "}", textwrap.indent(text, "    ").lstrip())
+    cls.__doc__ = doc
+    return cls
 
 
 class BaseTrainer(BaseEstimator):
     """Shared estimator API: fit, predict, score, state and export."""
 
+    #: The step object of the last build (see :mod:`ortbench.training.steps`).
+    _steps: Steps
+
+    def _keep_params(self, params: dict) -> None:
+        """Store the constructor's arguments (its ``locals()``) unchanged, one attribute
+        each, as scikit-learn expects of an estimator's ``__init__``."""
+        for name in self._get_param_names():
+            setattr(self, name, params[name])
+
     def _learning_loss(self) -> BaseLearningLoss:
         raise NotImplementedError
 
     def _build(self) -> None:
-        """Create sessions and weights from ``self.model_`` (the first fit only)."""
+        """Build the graphs and the step object ``self._steps`` from ``self.model_``."""
         raise NotImplementedError
 
-    def _start_fit(self, loader: BatchLoader) -> None:
-        """Prepare bindings over the loader's batches."""
-        raise NotImplementedError
-
-    def _run_epoch(self, batches) -> float:
-        """Train on every batch; return the epoch loss (mean over samples)."""
-        raise NotImplementedError
-
-    def _set_learning_rate(self, value: float) -> None:
-        raise NotImplementedError
+    def _run_epoch(self, loader: BatchLoader) -> float:
+        """Train on every batch of the loader's next epoch; return the epoch loss."""
+        loader.epoch()
+        return self._steps.run_epoch()
 
     def get_state(self) -> dict[str, np.ndarray]:
-        """Trained weights by name (copies)."""
-        raise NotImplementedError
+        """The trained weights.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            Copies of the current weights, by name.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
+        self._check_fitted()
+        return self._steps.get_state()
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
-        """Overwrite trained weights by name."""
-        raise NotImplementedError
+        """Overwrite trained weights by name.
+
+        Parameters
+        ----------
+        state : dict of str to array-like
+            New values of some or all of the trained weights, with their shapes.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit, for an unknown weight or a wrong shape.
+        """
+        self._check_fitted()
+        for name, array in state.items():
+            if name not in self.weights_:
+                raise OrtBenchError(f"unknown weight {name!r}: trained weights are {self.weights_}")
+            expected = self._steps.shape(name)
+            array = np.ascontiguousarray(array, dtype=np.float32)
+            if array.shape != expected:
+                raise OrtBenchError(f"weight {name!r} has shape {expected}, got {array.shape}")
+            self._steps.set(name, array)
+        self._predictor = None
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
         """scikit-learn's repr, with the model summarised instead of printed as protobuf text."""
@@ -93,7 +190,31 @@ class BaseTrainer(BaseEstimator):
     # -- fit ---------------------------------------------------------------------------
 
     def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
-        """Train on (X, y); validation data, when given, is scored every ``validation_every``."""
+        """Train on (X, y) for ``max_iter`` epochs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets, or class labels for a classifier.
+        sample_weight : array-like of shape (n_samples,), optional
+            Non-negative weights of the rows.
+        X_val, y_val, sample_weight_val : array-like, optional
+            Validation data, scored every ``validation_every`` epochs into
+            ``validation_losses_``.
+
+        Returns
+        -------
+        self
+            The fitted trainer.
+
+        Raises
+        ------
+        OrtBenchError
+            For bad parameters or data, or a diverging loss (``get_state()`` then holds
+            the weights from before the epoch that diverged).
+        """
         self._check_params()
         warm = self.warm_start and hasattr(self, "model_")
         if not warm:
@@ -112,13 +233,13 @@ class BaseTrainer(BaseEstimator):
             # the graphs have a static batch dimension: a warm start with another batch
             # size rebuilds them around the weights (an optimizer state restarts at zero)
             state = self.get_state() if warm else None
-            self._threads = self._choose_threads()
+            self._sessions = SessionMaker(self.device, self._choose_threads(), type(self).__name__)
             quiet_logs()
             self._build()
             self._built_batch_size = self.batch_size
             if state is not None:
                 self.set_state(state)
-        self._set_learning_rate(self.learning_rate_.value)
+        self._steps.set_learning_rate(self.learning_rate_.value)
         if w is None:
             w = np.ones(len(X), dtype=np.float32)
         loader = self._loader_for([X, Y, w], reuse=warm)
@@ -126,7 +247,7 @@ class BaseTrainer(BaseEstimator):
         start = time.perf_counter()
         for epoch in range(1, self.max_iter + 1):
             snapshot = self.get_state()
-            loss = float(self._run_epoch(loader.epoch()))
+            loss = float(self._run_epoch(loader))
             if not np.isfinite(loss):
                 self.set_state(snapshot)
                 raise OrtBenchError(
@@ -135,7 +256,7 @@ class BaseTrainer(BaseEstimator):
                 )
             self.train_losses_.append(loss)
             self.t_ += loader.n_samples
-            self._set_learning_rate(self.learning_rate_.update_learning_rate(self.t_))
+            self._steps.set_learning_rate(self.learning_rate_.update_learning_rate(self.t_))
             if val is not None and (epoch % self.validation_every == 0 or epoch == self.max_iter):
                 self.validation_losses_.append(self._validation_loss(*val))
             if self.verbose:
@@ -162,7 +283,7 @@ class BaseTrainer(BaseEstimator):
                 arrays, self.batch_size, self.device, self.shuffle, self.random_state
             )
             self._loader, self._loader_batch_size = loader, self.batch_size
-            self._start_fit(loader)
+            self._steps.start_fit(loader)
         return loader
 
     def _report(self, epoch: int, loss: float, elapsed: float) -> None:
@@ -198,12 +319,6 @@ class BaseTrainer(BaseEstimator):
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
         return threads
-
-    def _session_options(self, label: str) -> onnxruntime.SessionOptions:
-        return session_options(self._threads, f"{type(self).__name__}_{label}")
-
-    def _providers(self) -> list:
-        return providers(self.device)
 
     # -- model and data ------------------------------------------------------------------
 
@@ -290,15 +405,15 @@ class BaseTrainer(BaseEstimator):
     def _validation_loss(self, X, Y, w) -> float:
         """Loss on held-out data, without penalty, through the trainer's own loss graph."""
         if getattr(self, "_val_sessions", None) is None:
-            options = self._session_options("validation")
+            options = self._sessions.options("validation")
             forward = weights_as_inputs(self._train_model, self.weights_)
             loss = self._learning_loss().build_onnx_function()
             self._val_sessions = (
                 onnxruntime.InferenceSession(
-                    forward.SerializeToString(), options, providers=self._providers()
+                    forward.SerializeToString(), options, providers=providers(self.device)
                 ),
                 onnxruntime.InferenceSession(
-                    loss.SerializeToString(), options, providers=self._providers()
+                    loss.SerializeToString(), options, providers=providers(self.device)
                 ),
             )
         forward, loss = self._val_sessions
@@ -310,7 +425,18 @@ class BaseTrainer(BaseEstimator):
         return float(loss.run(["loss"], feeds)[0])
 
     def get_trained_onnx(self) -> onnx.ModelProto:
-        """The model as given (linear nodes rewritten) with the trained weights."""
+        """The model as given (linear nodes rewritten) with the trained weights.
+
+        Returns
+        -------
+        onnx.ModelProto
+            A copy; the trainer's model is unchanged.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
         self._check_fitted()
         return set_initializers(self.model_, self.get_state())
 
@@ -323,9 +449,15 @@ class BaseTrainer(BaseEstimator):
         """The trained model predict runs (the full trainer drops a loss the model outputs)."""
         return self.get_trained_onnx()
 
+    def __sklearn_is_fitted__(self) -> bool:
+        """True once a fit has built the trainer's steps (scikit-learn's fitted check)."""
+        return hasattr(self, "_steps")
+
     def _check_fitted(self) -> None:
-        if not hasattr(self, "train_losses_"):
-            raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedTrainerError(
+                f"this {type(self).__name__} is not fitted yet: call fit first"
+            )
 
     def _predictions(self, X) -> dict[str, np.ndarray]:
         self._check_fitted()
@@ -340,7 +472,7 @@ class BaseTrainer(BaseEstimator):
                     )
                 )
             self._predictor = onnxruntime.InferenceSession(
-                model.SerializeToString(), providers=self._providers()
+                model.SerializeToString(), providers=providers(self.device)
             )
             self._predicted_names = [
                 o.name for o in self._predictor.get_outputs() if o.type.startswith("tensor")
@@ -349,7 +481,24 @@ class BaseTrainer(BaseEstimator):
         return dict(zip(names, self._predictor.run(names, {self._input.name: X})))
 
     def predict(self, X) -> np.ndarray:
-        """Predictions: labels for classifiers, the trained output for regressors."""
+        """Predict with the trained weights.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data.
+
+        Returns
+        -------
+        numpy.ndarray
+            Class labels for a classifier, else the trained output (1-D when the
+            targets were).
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit, or for bad data.
+        """
         outputs = self._predictions(X)
         if self.is_classifier_:
             proba = outputs[self.output_name_]
@@ -358,19 +507,68 @@ class BaseTrainer(BaseEstimator):
         return predicted.ravel() if self._y_1d and predicted.shape[1] == 1 else predicted
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities (classifiers only)."""
+        """Class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples, n_classes)
+            The trained output.
+
+        Raises
+        ------
+        OrtBenchError
+            When the trainer is not a classifier (a log loss), before the first fit, or
+            for bad data.
+        """
+        self._check_fitted()
         if not self.is_classifier_:
             raise OrtBenchError("predict_proba needs a classifier (a log loss)")
         return self._predictions(X)[self.output_name_]
 
     def score(self, X, y, sample_weight=None) -> float:
-        """Accuracy for classifiers, R² for regressors, as scikit-learn defines them."""
+        """Accuracy for classifiers, R² for regressors, as scikit-learn defines them.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data.
+        y : array-like
+            True labels or targets.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the rows.
+
+        Returns
+        -------
+        float
+            The score.
+        """
         if self.is_classifier_:
             return float(accuracy_score(y, self.predict(X), sample_weight=sample_weight))
         return float(r2_score(y, self.predict(X), sample_weight=sample_weight))
 
     def save_onnx_graph(self, folder: str | os.PathLike) -> dict[str, str]:
-        """Write every graph the trainer runs into ``folder``; return name -> path."""
+        """Write every graph the trainer runs into ``folder``.
+
+        Parameters
+        ----------
+        folder : str or os.PathLike
+            Created when missing; files ``<name>.onnx`` are overwritten.
+
+        Returns
+        -------
+        dict of str to str
+            The path of each graph, by name.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
         self._check_fitted()
         os.makedirs(folder, exist_ok=True)
         paths = {}
@@ -382,10 +580,16 @@ class BaseTrainer(BaseEstimator):
         return paths
 
     def _graphs(self) -> dict:
-        raise NotImplementedError
+        return dict(self._steps.graphs)
 
     def initial_state(self) -> dict[str, np.ndarray]:
-        """The weights the model came with (what a fit starts from)."""
+        """The weights the model came with (what a fit starts from).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            The initial value of each weight to train, by name.
+        """
         model = rewrite_linear_nodes(self.model_onnx)
         return get_initializers(model, check_weight_names(model, self.weights_to_train))
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from onnxruntime.capi import _pybind_state as C
 from sklearn.utils import check_random_state
 
+from . import capi
 from .runtime import ort_device, parse_device
 
 
@@ -35,8 +35,8 @@ class Batch:
 
     values: tuple
     length: int
-    loss_scale: C.OrtValue
-    grad_scale: C.OrtValue
+    loss_scale: capi.OrtValue
+    grad_scale: capi.OrtValue
 
 
 class BatchLoader:
@@ -76,6 +76,10 @@ class BatchLoader:
             for k, (s, e) in enumerate(self._bounds)
         ]
 
+    def __len__(self) -> int:
+        """The number of batches of an epoch."""
+        return len(self.batches)
+
     def set_gradient_factor(self, factor: float) -> None:
         """Make every batch's gradient scale ``factor`` times its loss scale."""
         if factor != self._factor:
@@ -113,10 +117,10 @@ class BatchLoader:
                 for value, scale in zip((batch.loss_scale, batch.grad_scale), self._scales):
                     value.update_inplace(scale[k].reshape(-1, 1))
 
-    def _ortvalue(self, view: np.ndarray) -> C.OrtValue:
+    def _ortvalue(self, view: np.ndarray) -> capi.OrtValue:
         if self._on_cpu:
-            return C.OrtValue.ortvalue_from_numpy(view, self._device)
-        return C.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(view), self._device)
+            return capi.OrtValue.ortvalue_from_numpy(view, self._device)
+        return capi.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(view), self._device)
 
     def epoch(self) -> list[Batch]:
         """The batches of the next epoch (rows shuffled in place when ``shuffle``)."""

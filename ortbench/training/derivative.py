@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import onnx
 from onnx import TensorProto, helper
-from onnxruntime.capi import _pybind_state as C
 
+from . import capi
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import check_weight_names, rewrite_linear_nodes, weights_as_inputs
@@ -37,7 +37,6 @@ def choose_backend(backend: str | None) -> str:
 class DerivativeOptions(enum.IntFlag):
     """The seed's flags for :func:`onnx_derivative`, kept for compatibility."""
 
-    Zero = 0
     KeepOutputs = 2
     FillGrad = 4
 
@@ -107,7 +106,7 @@ def onnx_derivative(
 
     quiet_logs()
     try:
-        builder = C.GradientGraphBuilder(
+        builder = capi.GradientGraphBuilder(
             model.SerializeToString(),
             {total},
             set(inputs) | set(weights),
@@ -152,7 +151,6 @@ class TrainingGraph:
 
     model: bytes
     feed_names: list[str]
-    user_outputs: list[str]
     n_forward_outputs: int
     grad_names: list[str]
 
@@ -164,16 +162,16 @@ def build_training_graph(onx: onnx.ModelProto, weights: list[str]) -> TrainingGr
     """
     check_training_build()
     model = weights_as_inputs(onx, weights)
-    config = C.OrtModuleGraphBuilderConfiguration()
+    config = capi.OrtModuleGraphBuilderConfiguration()
     config.initializer_names = weights
     config.initializer_names_to_train = weights
     config.input_names_require_grad = []
     config.build_gradient_graph = True
     quiet_logs()
-    builder = C.OrtModuleGraphBuilder()
+    builder = capi.OrtModuleGraphBuilder()
     try:
         builder.initialize(model.SerializeToString(), config)
-        builder.build(C.TrainingGraphTransformerConfiguration())
+        builder.build(capi.TrainingGraphTransformerConfiguration())
     except RuntimeError as e:
         raise OrtBenchError(
             f"onnxruntime cannot differentiate this model: {first_line(e)}"
@@ -184,7 +182,6 @@ def build_training_graph(onx: onnx.ModelProto, weights: list[str]) -> TrainingGr
     return TrainingGraph(
         model=gradient_model,
         feed_names=feeds,
-        user_outputs=list(info.user_output_names),
         n_forward_outputs=len(info.user_output_names) + len(info.frontier_node_arg_map),
         grad_names=list(info.initializer_grad_names_to_train),
     )

@@ -8,10 +8,10 @@ any onnxruntime build, momentum included).
 
 from __future__ import annotations
 
-import numpy as np
+from functools import partial
 
-from .base import BaseTrainer
-from .data import Batch, BatchLoader
+from .base import BaseTrainer, shared_docstring
+from .data import Batch
 from .errors import OrtBenchError
 from .fused import FusedSteps
 from .graph_tools import select_outputs
@@ -21,15 +21,42 @@ from .losses import BaseLearningLoss, loss_from_name
 from .on_device import OnDeviceSteps
 
 
+@shared_docstring
 class FullTrainer(BaseTrainer):
     """Train an ONNX model whose loss onnxruntime differentiates and whose update it runs.
 
-    ``loss`` is one of 'squared_error', 'absolute_error', 'elastic' or 'log' (see
-    :func:`add_loss_output`); ``penalty={'coef': {'l1': a, 'l2': b}}`` regularises named
-    weights. ``learning_rate`` is ``LearningRateSGD`` (default) or ``LearningRateAdamW``
-    (the runtime's on-device optimizers), and also ``LearningRateSGDNesterov`` with
-    ``backend='portable'``. A model that already outputs ``loss_output_name`` is trained
-    as it is, its other inputs fed with the labels (and weights).
+    The loss is appended to the model as graph nodes (or is already one of its outputs);
+    onnxruntime computes loss, gradients and update, on its on-device training API
+    (``backend='ort-training'``, two runs per step) or as one fused graph of standard
+    operators (``backend='portable'``, one run per step, any onnxruntime build).
+
+    Parameters
+    ----------
+    {model_parameters}
+    loss : {'squared_error', 'absolute_error', 'elastic', 'log'}, default='squared_error'
+        The loss appended to the model (see :func:`add_loss_output`).
+    penalty : dict, optional
+        ``{'coef': {'l1': a, 'l2': b}}`` regularises the named weights.
+    learning_rate : BaseLearningRate, optional
+        ``LearningRateSGD()`` by default, or ``LearningRateAdamW`` (the runtime's
+        on-device optimizers); ``LearningRateSGDNesterov`` with ``backend='portable'``.
+    {fit_parameters}
+    loss_output_name : str, default='loss'
+        The loss output; a model that already outputs it is trained as it is, its other
+        inputs fed with the labels (and sample weights).
+    backend : {'ort-training', 'portable'}, optional
+        The runtime that computes the gradients: ort-training where it is installed,
+        else portable.
+
+    Attributes
+    ----------
+    {attributes}
+
+    Raises
+    ------
+    OrtBenchError
+        From :meth:`fit`, for bad input, a learning rate the backend cannot run, or a
+        diverging loss.
     """
 
     def __init__(
@@ -51,22 +78,7 @@ class FullTrainer(BaseTrainer):
         loss_output_name: str = "loss",
         backend: str | None = None,
     ):
-        self.model_onnx = model_onnx
-        self.weights_to_train = weights_to_train
-        self.loss = loss
-        self.penalty = penalty
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.device = device
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.warm_start = warm_start
-        self.verbose = verbose
-        self.validation_every = validation_every
-        self.intra_op_threads = intra_op_threads
-        self.loss_output_name = loss_output_name
-        self.backend = backend
+        self._keep_params(locals())
 
     def _learning_loss(self) -> BaseLearningLoss:
         return loss_from_name(self.loss)
@@ -101,61 +113,45 @@ class FullTrainer(BaseTrainer):
                 penalty=self.penalty,
             )
         with_loss = self._static_batch(select_outputs(with_loss, [self.loss_output_name]))
-        self._n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
+        n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
+        feeds = partial(batch_feeds, n_feeds=n_feeds, loss_scale=not self._loss_in_model)
         if self._backend == "portable":
             self._steps = FusedSteps(
                 with_loss,
                 self.weights_,
                 self.learning_rate_,
-                self.device,
-                self._session_options,
-                self._providers(),
+                self._sessions,
+                feeds,
                 self.loss_output_name,
             )
         else:
             self._steps = OnDeviceSteps(
-                with_loss, self.weights_, self.learning_rate_, self.device, self._session_options
+                with_loss, self.weights_, self.learning_rate_, self._sessions, feeds
             )
 
-    def _set_learning_rate(self, value: float) -> None:
-        self._steps.set_learning_rate(value)
 
-    def _start_fit(self, loader: BatchLoader) -> None:
-        self._steps.start_fit([(self._batch_feeds(b), b.length) for b in loader.batches])
+def batch_feeds(batch: Batch, n_feeds: int, loss_scale: bool) -> tuple:
+    """What a full-training graph reads of a staged batch, in its input order.
 
-    def _batch_feeds(self, batch: Batch) -> tuple:
-        """What the graph reads of a batch, in its input order: X, the labels, then the
-        loss scale column (the loss this trainer appends) or the sample weights (a loss
-        the model already outputs)."""
-        if self._loss_in_model:
-            return batch.values[: self._n_feeds]
+    Parameters
+    ----------
+    batch : Batch
+        The staged batch.
+    n_feeds : int
+        How many data inputs the graph has.
+    loss_scale : bool
+        True for the loss :func:`add_loss_output` appends, which reads X, the labels and
+        the loss-scale column; False for a loss the model outputs, which reads the first
+        ``n_feeds`` of X, the labels and the sample weights.
+
+    Returns
+    -------
+    tuple
+        The OrtValues to feed.
+    """
+    if loss_scale:
         return (*batch.values[:2], batch.loss_scale)
-
-    def _run_epoch(self, batches) -> float:
-        return self._steps.run_epoch()
-
-    def get_state(self) -> dict[str, np.ndarray]:
-        self._check_built()
-        return self._steps.get_state()
-
-    def set_state(self, state: dict[str, np.ndarray]) -> None:
-        self._check_built()
-        for name, array in state.items():
-            if name not in self.weights_:
-                raise OrtBenchError(f"unknown weight {name!r}: trained weights are {self.weights_}")
-            expected = self._steps.shape(name)
-            array = np.ascontiguousarray(array, dtype=np.float32)
-            if array.shape != expected:
-                raise OrtBenchError(f"weight {name!r} has shape {expected}, got {array.shape}")
-            self._steps.set(name, array)
-        self._predictor = None
-
-    def _check_built(self) -> None:
-        if not hasattr(self, "_steps"):
-            raise OrtBenchError(f"this {type(self).__name__} is not fitted yet: call fit first")
-
-    def _graphs(self) -> dict:
-        return dict(self._steps.graphs)
+    return batch.values[:n_feeds]
 
 
 OrtGradientOptimizer = FullTrainer

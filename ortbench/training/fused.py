@@ -10,18 +10,22 @@ other, and every binding is made once per batch and parity before the first step
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from . import capi
+from .data import Batch, BatchLoader
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import get_initializers, weights_as_inputs
-from .iobinding import CachedBinding, make_session
 from .learning_rates import BaseLearningRate, LearningRateAdamW
 from .portable import vjp_graph
-from .runtime import cpu_scalar, ort_device
-from .weights import WeightBuffers, flat_width
+from .runtime import SessionMaker, cpu_scalar
+from .weights import DoubleBufferedSteps, WeightBuffers, flat_width
 
 
 def fused_step_graph(
@@ -51,7 +55,7 @@ def fused_step_graph(
     for group, names in groups.items():
         if names == [group]:
             weight, grad, shape = group, f"{group}_grad", shapes[group]
-        else:  # one flat update: the per-weight nodes would cost 1 to 3 us each
+        else:  # one flat update: per-weight nodes would each cost a kernel launch
             size = int(sum(np.prod(shapes[n]) for n in names))
             shape = [flat_width(size)]
             weight = b.input(group, shape)
@@ -73,78 +77,103 @@ def fused_step_graph(
     return step
 
 
-class FusedSteps:
-    """Training steps of a model that outputs its loss, one fused run each."""
+class FusedStep(NamedTuple):
+    """What one step of :class:`FusedSteps` runs over one staged batch."""
+
+    #: The fused run reading the weights of parity 0, then the one reading parity 1.
+    runs: tuple[capi.Binding, capi.Binding]
+    #: The batch's real rows (the last batch may be padded).
+    length: int
+
+
+class FusedSteps(DoubleBufferedSteps):
+    """Training steps of a model that outputs its loss, one fused run each.
+
+    Parameters
+    ----------
+    with_loss : onnx.ModelProto
+        The model with a static batch dimension, whose one output is the loss.
+    weights : list of str
+        The trained weights.
+    rate : BaseLearningRate
+        The update (SGD, with or without momentum).
+    sessions : SessionMaker
+        Device, threads and labels of the sessions.
+    feeds : callable
+        What the graph reads of a staged :class:`~ortbench.training.data.Batch`
+        (see :func:`ortbench.training.full.batch_feeds`).
+    loss_name : str
+        The model's loss output.
+
+    Raises
+    ------
+    OrtBenchError
+        For ``LearningRateAdamW``, which only the on-device API runs.
+    """
 
     def __init__(
         self,
         with_loss: onnx.ModelProto,
         weights: list[str],
         rate: BaseLearningRate,
-        device: str,
-        session_options,
-        providers: list,
+        sessions: SessionMaker,
+        feeds: Callable[[Batch], tuple],
         loss_name: str,
     ):
         if isinstance(rate, LearningRateAdamW):
             raise OrtBenchError("LearningRateAdamW runs only with backend='ort-training'")
         self.weights = weights
         self._rate = rate
+        self._feeds = feeds
         self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
         initial = get_initializers(with_loss, weights)
-        self._buffers = WeightBuffers(initial, rate.n_states, ort_device(device), set())
+        self._buffers = WeightBuffers(initial, rate.n_states, sessions.ort_device, set())
         model = fused_step_graph(with_loss, self._buffers.groups, rate, loss_name)
         self.graphs = {"fused_step": model}
-        self._session = make_session(
-            model.SerializeToString(), session_options("fused_step"), providers
-        )
+        self._session = sessions.session(model.SerializeToString(), "fused_step")
         self._loss_name = loss_name
         self._step_scale = np.zeros((), dtype=np.float32)
         self._loss_out = np.zeros((), dtype=np.float32)
         self._parity = 0
 
     def set_learning_rate(self, value: float) -> None:
+        """Make the next steps use the learning rate ``value``."""
         # bound once: every step reads this memory
         self._step_scale[()] = self._rate.step_factor(value)
 
-    def start_fit(self, batches: list[tuple[tuple, int]]) -> None:
-        """Bind each batch's feeds (in the graph's input order) for both parities."""
-        buffers, self._steps = self._buffers, []
-        for feeds, length in batches:
-            pair = []
-            for src, dst in ((0, 1), (1, 0)):
-                binding = CachedBinding(self._session)
-                for name, value in zip(self._data_inputs, feeds):
-                    binding.bind_input(name, value)
-                binding.bind_input("step_scale", cpu_scalar(self._step_scale))
-                for name, value in zip(self.weights, buffers.weights[src]):
-                    binding.bind_input(name, value)  # views of the groups below on CPU
-                for i, (group, names) in enumerate(buffers.groups.items()):
-                    if names != [group]:
-                        binding.bind_input(group, buffers.group_weights[src][i])
-                    binding.bind_output(f"{group}_new", buffers.group_weights[dst][i])
-                    if buffers.has_state:
-                        binding.bind_input(f"{group}_state", buffers.states[src][i])
-                        binding.bind_output(f"{group}_state_new", buffers.states[dst][i])
-                binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
-                pair.append(binding)
-            self._steps.append((pair, length))
+    def start_fit(self, loader: BatchLoader) -> None:
+        """Bind each staged batch's feeds, for both parities."""
+        self._n_samples = loader.n_samples
+        self._steps = [
+            FusedStep(tuple(self._bind(batch, p) for p in (0, 1)), batch.length)
+            for batch in loader.batches
+        ]
+
+    def _bind(self, batch: Batch, src: int) -> capi.Binding:
+        """The fused run over ``batch`` reading parity ``src`` and writing the other one."""
+        buffers, dst = self._buffers, 1 - src
+        binding = capi.Binding(self._session)
+        for name, value in zip(self._data_inputs, self._feeds(batch)):
+            binding.bind_input(name, value)
+        binding.bind_input("step_scale", cpu_scalar(self._step_scale))
+        for name, value in zip(self.weights, buffers.weights[src]):
+            binding.bind_input(name, value)  # views of the groups below on CPU
+        for i, (group, names) in enumerate(buffers.groups.items()):
+            if names != [group]:
+                binding.bind_input(group, buffers.group_weights[src][i])
+            binding.bind_output(f"{group}_new", buffers.group_weights[dst][i])
+            if buffers.has_state:
+                binding.bind_input(f"{group}_state", buffers.states[src][i])
+                binding.bind_output(f"{group}_state_new", buffers.states[dst][i])
+        binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
+        return binding
 
     def run_epoch(self) -> float:
-        parity, total, count, out = self._parity, 0.0, 0, self._loss_out
-        for pair, length in self._steps:
-            pair[parity].run()
+        """Train on every staged batch; return the epoch's loss (mean over samples)."""
+        parity, total, out = self._parity, 0.0, self._loss_out
+        for runs, length in self._steps:
+            runs[parity].run()
             parity = 1 - parity
             total += float(out) * length
-            count += length
         self._parity = parity
-        return total / count
-
-    def get_state(self) -> dict[str, np.ndarray]:
-        return self._buffers.get(self._parity)
-
-    def shape(self, name: str) -> tuple:
-        return self._buffers.shape(name)
-
-    def set(self, name: str, array: np.ndarray) -> None:
-        self._buffers.set(self._parity, name, array)
+        return total / self._n_samples

@@ -355,7 +355,7 @@ def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
 
     Converters often end a model with ``Reshape(y, [-1, 1])`` on a (n, 1) tensor. Once the
     batch dimension is static that node, and its mirror in the gradient graph, only cost
-    time (about 1 us each per step). Its output name is kept: when it is a graph output,
+    time (see ``benchmarks/README.md``). Its output name is kept: when it is a graph output,
     the tensor it copied takes that name.
     """
     model = onnx.ModelProto()

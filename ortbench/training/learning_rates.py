@@ -156,8 +156,8 @@ class BaseLearningRate(BaseEstimator):
         (c_s, c_e) of :meth:`state_coefficients` in the order of ``state_step``'s rows.
         Outputs: ``weight_new`` (1, size), w + s + e, and ``state_new`` (1, size).
         onnxruntime runs a (1, k) by (k, n) product in one pass over its k rows, faster
-        than ``Sum`` or a (2, 3) product, and as ``Gemm`` about 0.1 us faster than as
-        ``MatMul`` (no broadcasting helper).
+        than ``Sum`` or a (2, 3) product, and as ``Gemm`` faster than as ``MatMul`` (no
+        broadcasting helper; figures in ``benchmarks/README.md``).
         """
         b = GraphBuilder(f"stacked_update_{type(self).__name__}")
         rows = b.input("weight_state_step", [3, size])
@@ -223,7 +223,7 @@ class LearningRateAdamW(BaseLearningRate):
         self.epsilon = epsilon
         self.weight_decay = weight_decay
 
-    def update_nodes(self, b, neg_lr, weight, grad, states):
+    def update_nodes(self, b, step_scale, weight, grad, states):
         raise OrtBenchError(
             "LearningRateAdamW runs only in FullTrainer (onnxruntime's own AdamW optimizer)"
         )

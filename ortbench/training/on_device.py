@@ -12,27 +12,59 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
-from onnxruntime.capi import _pybind_state as C
 
+from . import capi
+from .data import Batch, BatchLoader
 from .errors import OrtBenchError
 from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
-from .runtime import cpu_scalar, first_line, native_stderr_silenced, ort_device, training_module
+from .runtime import SessionMaker, cpu_scalar, first_line, native_stderr_silenced, training_module
+
+
+class OnDeviceStep(NamedTuple):
+    """What one step of :class:`OnDeviceSteps` runs over one staged batch."""
+
+    #: The training graph's data feeds, in its input order.
+    feeds: capi.OrtValueVector
+    #: The batch's real rows (the last batch may be padded).
+    length: int
 
 
 class OnDeviceSteps:
-    """Training steps of a model that outputs its loss, run by the on-device API."""
+    """Training steps of a model that outputs its loss, run by the on-device API.
+
+    Parameters
+    ----------
+    with_loss : onnx.ModelProto
+        The model with a static batch dimension, whose one output is the loss.
+    weights : list of str
+        The trained weights.
+    rate : LearningRateSGD or LearningRateAdamW
+        The on-device optimizer to run.
+    sessions : SessionMaker
+        Device, threads and labels of the sessions.
+    feeds : callable
+        What the graph reads of a staged :class:`~ortbench.training.data.Batch`
+        (see :func:`ortbench.training.full.batch_feeds`).
+
+    Raises
+    ------
+    OrtBenchError
+        For another learning rate, or when onnxruntime cannot build the training graph.
+    """
 
     def __init__(
         self,
         with_loss: onnx.ModelProto,
         weights: list[str],
         rate: BaseLearningRate,
-        device: str,
-        session_options,
+        sessions: SessionMaker,
+        feeds: Callable[[Batch], tuple],
     ):
         if type(rate) not in (LearningRateSGD, LearningRateAdamW):
             raise OrtBenchError(
@@ -50,7 +82,8 @@ class OnDeviceSteps:
         else:
             optimizer = artifacts.OptimType.SGD
         self.graphs = {}
-        self._device = ort_device(device)
+        self._feeds = feeds
+        self._device = sessions.ort_device
         with tempfile.TemporaryDirectory() as folder:
             try:
                 with native_stderr_silenced():
@@ -71,55 +104,63 @@ class OnDeviceSteps:
             for name in ("training_model", "eval_model", "optimizer_model"):
                 with open(os.path.join(folder, f"{name}.onnx"), "rb") as f:
                     self.graphs[name] = f.read()
-            self._state = C.load_checkpoint(os.path.join(folder, "checkpoint"))
+            self._state = capi.load_checkpoint(os.path.join(folder, "checkpoint"))
             # no eval model: validation runs its own session (base.BaseTrainer)
-            self._module = C.Module(
+            self._module = capi.Module(
                 training_path,
                 self._state,
                 None,
                 self._device,
-                session_options("train_step"),
+                sessions.options("train_step"),
             )
-            self._optimizer = C.Optimizer(
+            self._optimizer = capi.Optimizer(
                 os.path.join(folder, "optimizer_model.onnx"),
                 self._state,
                 self._device,
-                session_options("optimizer"),
+                sessions.options("optimizer"),
             )
         self._loss_out = np.zeros((), dtype=np.float32)
-        self._loss_fetch = vector([cpu_scalar(self._loss_out)])
+        self._loss_fetch = capi.value_vector([cpu_scalar(self._loss_out)])
 
     def set_learning_rate(self, value: float) -> None:
+        """Make the next steps use the learning rate ``value``."""
         self._optimizer.set_learning_rate(value)
 
-    def start_fit(self, batches: list[tuple[tuple, int]]) -> None:
-        """Wrap each batch's feeds (in the graph's input order) and its real row count."""
-        self._steps = [(vector(feeds), length) for feeds, length in batches]
+    def start_fit(self, loader: BatchLoader) -> None:
+        """Wrap each staged batch's feeds in the vector a step hands the runtime."""
+        self._n_samples = loader.n_samples
+        self._steps = [
+            OnDeviceStep(capi.value_vector(self._feeds(batch)), batch.length)
+            for batch in loader.batches
+        ]
 
     def run_epoch(self) -> float:
+        """Train on every staged batch; return the epoch's loss (mean over samples)."""
         module, optimizer, fetch, out = (
             self._module,
             self._optimizer,
             self._loss_fetch,
             self._loss_out,
         )
-        total, count = 0.0, 0
+        total = 0.0
         for feeds, length in self._steps:
             module.train_step_with_ort_values(feeds, fetch)
             optimizer.optimizer_step()
             total += float(out) * length
-            count += length
-        return total / count
+        return total / self._n_samples
 
     def get_state(self) -> dict[str, np.ndarray]:
+        """Copies of the current weights, by name."""
         return {n: self._state.get_parameter(n).data.numpy().copy() for n in self.weights}
 
     def shape(self, name: str) -> tuple:
+        """The shape of the weight ``name``."""
         return tuple(self._state.get_parameter(name).data.shape())
 
     def set(self, name: str, array: np.ndarray) -> None:
+        """Overwrite the current value of the weight ``name``."""
         parameter = self._state.get_parameter(name)
-        parameter.copy_from(self._state, C.OrtValue.ortvalue_from_numpy(array, self._device))
+        parameter.copy_from(self._state, capi.OrtValue.ortvalue_from_numpy(array, self._device))
 
 
 #: What the on-device training graph's gradient accumulators read to decide between
@@ -132,7 +173,7 @@ def always_overwrite_gradients(path: str) -> None:
 
     onnxruntime's artifacts accumulate gradients across steps unless
     ``Module.lazy_reset_grad()`` is called before each one (one more call into the runtime
-    per step, about 0.3 us); ortbench never accumulates, so the accumulators read a
+    per step); ortbench never accumulates, so the accumulators read a
     constant True instead of the flag (the graph keeps the input, which Module feeds).
     """
     model = onnx.load(path)
@@ -143,11 +184,3 @@ def always_overwrite_gradients(path: str) -> None:
         if node.op_type.startswith("InPlaceAccumulator"):
             node.input[:] = [constant if i == ACCUMULATOR_FLAG else i for i in node.input]
     onnx.save(model, path)
-
-
-def vector(values) -> C.OrtValueVector:
-    """An OrtValueVector holding ``values``."""
-    result = C.OrtValueVector()
-    for value in values:
-        result.push_back(value)
-    return result

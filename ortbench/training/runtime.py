@@ -1,4 +1,8 @@
-"""Everything ortbench asks of the installed onnxruntime build, in one place.
+"""What ortbench asks of the installed onnxruntime build through its public API.
+
+Build checks, devices, session options, logging and profiling live here; the C-level
+objects below the public API come from :mod:`ortbench.training.capi`, the one module that
+touches onnxruntime's internals.
 
 onnxruntime-training 1.19.2 imports torch from ``onnxruntime/training/__init__.py``
 (microsoft/onnxruntime#22070), although the pieces the engine uses (``artifacts``,
@@ -16,11 +20,12 @@ import os
 import sys
 import types
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
 
 import onnxruntime
-from onnxruntime.capi import _pybind_state as C
 
+from . import capi
 from .errors import OrtBenchError
 
 #: Highest ai.onnx opset and IR version onnxruntime 1.19.2 reads.
@@ -48,11 +53,7 @@ TRAINING_VERSION = "1.19.2"
 
 def runtime_problem() -> str | None:
     """Say what is wrong with the installed onnxruntime for training, or None."""
-    if (
-        not hasattr(C, "TrainingAgent")
-        or not hasattr(C, "Module")
-        or (onnxruntime.__version__ != TRAINING_VERSION)
-    ):
+    if capi.missing(capi.TRAINING_SYMBOLS) or onnxruntime.__version__ != TRAINING_VERSION:
         return (
             f"onnxruntime {onnxruntime.__version__} is not the training build ortbench needs: "
             f"install onnxruntime-training-cpu=={TRAINING_VERSION} and make sure no plain "
@@ -94,11 +95,11 @@ def check_device(device: str, backend: str = "ort-training") -> None:
         )
 
 
-def ort_device(device: str) -> C.OrtDevice:
+def ort_device(device: str) -> capi.OrtDevice:
     """The C-level OrtDevice for a device string."""
     kind, index = parse_device(device)
-    device_type = C.OrtDevice.cuda() if kind == "cuda" else C.OrtDevice.cpu()
-    return C.OrtDevice(device_type, C.OrtDevice.default_memory(), index)
+    device_type = capi.OrtDevice.cuda() if kind == "cuda" else capi.OrtDevice.cpu()
+    return capi.OrtDevice(device_type, capi.OrtDevice.default_memory(), index)
 
 
 def providers(device: str) -> list:
@@ -152,6 +153,44 @@ def session_options(
     return options
 
 
+@dataclass(frozen=True)
+class SessionMaker:
+    """How one trainer makes its sessions: device, intra-op threads, profile labels.
+
+    Parameters
+    ----------
+    device : str
+        ``'cpu'``, ``'cuda'`` or ``'cuda:N'``.
+    threads : int or None
+        Intra-op threads of every session (None: onnxruntime's default pool).
+    owner : str
+        The prefix of every session's label (the trainer's class name), which names its
+        profile file and its phases in ``steps.md``.
+    """
+
+    device: str
+    threads: int | None
+    owner: str
+
+    def options(self, label: str) -> onnxruntime.SessionOptions:
+        """The options of the session ``label`` (see :func:`session_options`)."""
+        return session_options(self.threads, f"{self.owner}_{label}")
+
+    @property
+    def providers(self) -> list:
+        """Execution providers of the device (see :func:`providers`)."""
+        return providers(self.device)
+
+    @property
+    def ort_device(self) -> capi.OrtDevice:
+        """The C-level device (see :func:`ort_device`)."""
+        return ort_device(self.device)
+
+    def session(self, model: bytes, label: str) -> capi.InferenceSession:
+        """A C-level session over the serialized ``model``, labelled ``label``."""
+        return capi.make_session(model, self.options(label), self.providers)
+
+
 def quiet_logs() -> None:
     """Silence onnxruntime's informational logging."""
     onnxruntime.set_default_logger_severity(3)
@@ -175,13 +214,13 @@ def native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def cpu_scalar(array) -> C.OrtValue:
+def cpu_scalar(array) -> capi.OrtValue:
     """An OrtValue viewing a small numpy array (a scalar, a few coefficients) in host memory.
 
     Learning rates, losses and penalties live there on every device: the trainer reads
     or writes them through numpy, and onnxruntime copies a scalar across on CUDA.
     """
-    return C.OrtValue.ortvalue_from_numpy(array, ort_device("cpu"))
+    return capi.OrtValue.ortvalue_from_numpy(array, ort_device("cpu"))
 
 
 def first_line(error: Exception) -> str:

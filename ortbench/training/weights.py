@@ -1,7 +1,7 @@
 """Weights, optimizer state, steps and gradients of the trainers that own their weights.
 
-The update graph costs about 1 to 3 us per node on CPU, so it should not grow with the
-number of weights. On CPU every weight lives in one flat host array per parity, and the
+Each node of the update graph costs a kernel launch per step on CPU, so the graph should
+not grow with the number of weights. On CPU every weight lives in one flat host array per parity, and the
 per-weight OrtValues TrainingAgent reads are views into it: the update graph sees one
 tensor ("weights") whatever the model. The step (the scaled gradient the backward pass
 writes, see ``learning_rates.py``) is flat too, and so is the optimizer state. With a
@@ -11,9 +11,9 @@ state) and writes rows 4 and 3, parity 1 reads rows 2-4 (and 2-3) and writes row
 and 1.
 Every flat array starts on a 64-byte cache line and its length is padded to a whole number
 of lines with zeros that stay zero (no view covers them, so their step is always 0): the
-rows of the stacked array then start on cache lines too. Unpadded, the rows of 5,571
-floats start at a different offset within a line each, and the momentum update's
-matrix-vector products ran 0.3 us slower.
+rows of the stacked array then start on cache lines too. Unpadded, rows of a length that
+is not a multiple of 16 start at a different offset within a line each, which slows the
+momentum update's matrix-vector products (measured in ``benchmarks/README.md``).
 On CUDA, where no view of a device buffer can be made, each weight is its own group and
 nothing is stacked. Weights and states come in two parities: a step reads one and
 writes the other.
@@ -22,8 +22,8 @@ writes the other.
 from __future__ import annotations
 
 import numpy as np
-from onnxruntime.capi import _pybind_state as C
 
+from . import capi
 from .errors import OrtBenchError
 
 #: float32 values per 64-byte cache line.
@@ -42,7 +42,7 @@ class WeightBuffers:
         self,
         initial: dict[str, np.ndarray],
         n_states: int,
-        device: C.OrtDevice,
+        device: capi.OrtDevice,
         biases: set[str],
     ):
         if n_states not in (0, 1):
@@ -50,7 +50,7 @@ class WeightBuffers:
         self.names = list(initial)
         self.has_state = n_states == 1
         self._device = device
-        self.on_cpu = device.device_type() == C.OrtDevice.cpu()
+        self.on_cpu = device.device_type() == capi.OrtDevice.cpu()
         arrays = {n: np.ascontiguousarray(v, dtype=np.float32) for n, v in initial.items()}
         self._shapes = {n: a.shape for n, a in arrays.items()}
         self._hosts: list[np.ndarray] = []  # CPU memory the OrtValues view
@@ -111,10 +111,10 @@ class WeightBuffers:
         self._hosts.append(array)
         return array
 
-    def _value(self, array: np.ndarray) -> C.OrtValue:
-        return C.OrtValue.ortvalue_from_numpy(array, self._device)
+    def _value(self, array: np.ndarray) -> capi.OrtValue:
+        return capi.OrtValue.ortvalue_from_numpy(array, self._device)
 
-    def _views(self, flat: np.ndarray) -> list[C.OrtValue]:
+    def _views(self, flat: np.ndarray) -> list[capi.OrtValue]:
         """Per-weight OrtValues viewing consecutive slices of ``flat``."""
         views, offset = [], 0
         for name in self.names:
@@ -136,6 +136,26 @@ class WeightBuffers:
 
     def shape(self, name: str) -> tuple:
         return self._shapes[name]
+
+
+class DoubleBufferedSteps:
+    """The weight access of step objects whose weights are :class:`WeightBuffers`: the
+    weights of parity ``_parity`` are the current ones (the next step reads them)."""
+
+    _buffers: WeightBuffers
+    _parity: int
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Copies of the current weights, by name."""
+        return self._buffers.get(self._parity)
+
+    def shape(self, name: str) -> tuple:
+        """The shape of the weight ``name``."""
+        return self._buffers.shape(name)
+
+    def set(self, name: str, array: np.ndarray) -> None:
+        """Overwrite the current value of the weight ``name`` in place."""
+        self._buffers.set(self._parity, name, array)
 
 
 def _aligned_zeros(shape) -> np.ndarray:

@@ -1,0 +1,35 @@
+"""Helpers the test modules share (fixtures live in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import warnings
+
+from skl2onnx import to_onnx
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.neural_network import MLPRegressor
+
+
+def fitted_mlp(X, y, hidden=(6, 4), **kwargs) -> MLPRegressor:
+    """An MLPRegressor with weights set by one SGD epoch (no convergence warning)."""
+    params = dict(hidden_layer_sizes=hidden, solver="sgd", max_iter=1, random_state=0)
+    params.update(kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return MLPRegressor(**params).fit(X, y)
+
+
+def sklearn_epoch(X, y, momentum):
+    """Initial weights, then MLPRegressor's weights after one more epoch of SGD."""
+    reference = fitted_mlp(
+        X, y, learning_rate_init=0.01, momentum=momentum, alpha=0.0, shuffle=False, batch_size=16
+    )
+    onx = to_onnx(reference, X[:1])
+    start = [c.copy() for c in reference.coefs_] + [b.copy() for b in reference.intercepts_]
+    reference.set_params(warm_start=True).fit(X, y)
+    end = reference.coefs_ + reference.intercepts_
+    return onx, start, end
+
+
+def ortbench_names(n_layers):
+    suffixes = [str(k) if k else "" for k in range(n_layers)]
+    return [f"coefficient{s}" for s in suffixes] + [f"intercepts{s}" for s in suffixes]

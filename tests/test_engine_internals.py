@@ -1,0 +1,74 @@
+"""White-box tests: they read private attributes of the trainers, so they change with the
+engine's internals (everything else tests public behaviour).
+
+Moved here from test_portable.py (the default backend, the flat buffers' alignment) and
+test_trainers.py (the automatic thread count).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ortbench.training import (
+    ElasticLearningPenalty,
+    ForwardBackwardTrainer,
+    FullTrainer,
+    LearningRateSGD,
+    LearningRateSGDNesterov,
+)
+from ortbench.training.derivative import choose_backend
+from ortbench.training.runtime import runtime_problem
+
+
+def test_default_backend_follows_the_installed_runtime(regression, mlp_onnx):
+    X, y = regression
+    expected = "portable" if runtime_problem() else "ort-training"
+    assert choose_backend(None) == expected
+    model = FullTrainer(mlp_onnx, learning_rate=LearningRateSGD(0.01), max_iter=5)
+    assert model.fit(X, y).train_losses_[-1] < model.train_losses_[0]
+    assert model._backend == expected
+
+
+@pytest.mark.parametrize(
+    ("trainer", "settings"),
+    [
+        (ForwardBackwardTrainer, dict(learning_rate=LearningRateSGDNesterov(0.01))),
+        (ForwardBackwardTrainer, dict(learning_penalty=ElasticLearningPenalty(0.01, 0.01))),
+        (FullTrainer, dict(learning_rate=LearningRateSGDNesterov(0.01))),
+    ],
+    ids=["fwbw-stacked-momentum", "fwbw-penalty", "fused-momentum"],
+)
+def test_flat_buffers_start_on_cache_lines_and_their_padding_stays_zero(
+    trainer, settings, regression, mlp_onnx
+):
+    X, y = regression
+    model = trainer(mlp_onnx, backend="portable", batch_size=16, max_iter=2, **settings)
+    state = model.fit(X, y).get_state()
+    buffers = model._steps._buffers
+    size = sum(v.size for v in state.values())
+    assert size % 16, "the model should leave some padding to check"
+    for host in buffers._hosts:  # the flat weights, steps and states
+        assert host.ctypes.data % 64 == 0
+        assert host.shape[-1] % 16 == 0
+        np.testing.assert_array_equal(host[..., size:], 0)
+    assert all(np.isfinite(v).all() for v in state.values())
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_auto_threads_follow_the_work_of_a_step(trainer, mlp_onnx):
+    """One intra-op thread below ONE_THREAD_WORK multiply-adds per step, the pool above."""
+    from ortbench.training.base import ONE_THREAD_WORK
+
+    values = sum(w.size for w in trainer(mlp_onnx).initial_state().values())
+
+    def threads(batch_size, intra_op_threads="auto"):
+        model = trainer(mlp_onnx, batch_size=batch_size, intra_op_threads=intra_op_threads)
+        model._prepare_model()
+        return model._choose_threads()
+
+    assert threads(1024) == 1
+    assert threads(ONE_THREAD_WORK // values) == 1
+    assert threads(ONE_THREAD_WORK // values + 1) is None
+    assert threads(1024, intra_op_threads=2) == 2
+    assert threads(1, intra_op_threads=None) is None
