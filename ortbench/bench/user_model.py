@@ -125,7 +125,10 @@ def load_user_problem(files: UserFiles, seed: int = 0) -> Problem:
     task = _task(y, loss, files)
     _check_forward(model, input_name, X, y, loss, files)
     _trial_fit(model, weights, loss, X, y, w, where)
-    data = split_rows(X, y, w, task != "regression" and _stratifiable(y), seed)
+    try:
+        data = split_rows(X, y, w, task != "regression", seed)
+    except ValueError:  # a class too rare to stratify on
+        data = split_rows(X, y, w, False, seed)
     name, dataset = files.names
     reference = _reference(model, data, task, seed)
     return register(
@@ -229,10 +232,9 @@ def _load_data(files: UserFiles) -> tuple[np.ndarray, np.ndarray, np.ndarray | N
     first = files.data[0]
     if len(files.data) == 1 and Path(first).suffix.lower() in (".csv", ".parquet"):
         X, y, w = _read_table(first, files)
-        paths = [first] * 3
     else:
         X, y, w = _read_arrays(files)
-        paths = [*files.data, files.data[0]][:3] if len(files.data) > 1 else [first] * 3
+    paths = (files.data * 3)[:3]  # the file of X, y and w: one file, or one .npy each
     X = _as_numbers(X, paths[0], "X", np.float32)
     if X.ndim != 2:
         raise OrtBenchError(f"{paths[0]}: X has shape {X.shape}: give a 2-D array (rows, features)")
@@ -353,10 +355,6 @@ def _trial_fit(model, weights, loss, X, y, w, where: str) -> None:
     except Exception as e:  # whatever the runtime raised, one line
         line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OrtBenchError(f"{where}: onnxruntime cannot train it: {line[:200]}") from None
-
-
-def _stratifiable(y: np.ndarray) -> bool:
-    return bool(np.unique(y, return_counts=True)[1].min() >= 2)
 
 
 def mlp_layers(model: onnx.ModelProto) -> tuple[list, list, str, str] | None:
