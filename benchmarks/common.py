@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ortbench.bench.contenders import CONTENDERS, Contender, Unavailable, make_contender
 from ortbench.bench.contenders.ort import OrtContender
+from ortbench.bench.machine import available_devices
 from ortbench.bench.problems import make_problem, sized_problems
 
 CONTENDER_NAMES = list(CONTENDERS)
@@ -16,7 +17,8 @@ ENGINE_CONTENDERS = [name for name, cls in CONTENDERS.items() if issubclass(cls,
 SIZES = ((50, 10), (256, 128))
 PROBLEM_NAMES = [*sized_problems(("linear", "mlp"), SIZES), "mlp-binary"]
 BATCH_SIZES = [1, 15, 256]
-DEVICES = ["cpu", "cuda"]
+#: the CPU, and CUDA where a device answers
+DEVICES = list(available_devices())
 PARAM_NAMES = ["contender", "problem", "batch_size", "device"]
 
 

@@ -86,7 +86,8 @@ def write_scaling_plot(folder: str | Path) -> list[Path]:
     results = read_results(folder)
     if "trained_values" not in results:
         return []
-    ok = results[(results.status == "ok") & results.seconds_per_step.notna()]
+    # a slope can come out negative on a loaded machine: nothing to draw on a log scale
+    ok = results[(results.status == "ok") & (results.seconds_per_step > 0)]
     if ok.empty:
         return []
     order = {name: k for k, name in enumerate(CONTENDERS)}

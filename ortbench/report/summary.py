@@ -11,6 +11,7 @@ import pandas as pd
 from ..bench.contenders import BASELINE, CONTENDERS
 from ..bench.store import read_results
 from .units import format_seconds
+from .verdicts import escape_cell
 
 SUMMARY_MD = "summary.md"
 
@@ -45,9 +46,9 @@ def _heading(problem: str, dataset: str, device: str, rows: pd.DataFrame) -> str
 def _group_table(rows: pd.DataFrame) -> list[str]:
     baseline_name = group_baseline(rows)
     lines = [
-        f"| batch size | contender | time per step | min - max | speed-up vs {baseline_name} "
-        "| final train loss | validation loss |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        f"| batch size | contender | time per step | min - max | fixed cost per fit "
+        f"| speed-up vs {baseline_name} | final train loss | validation loss |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for batch_size, batch in rows.groupby("batch_size", sort=True):
         base = batch.loc[batch.contender == baseline_name, "seconds_per_step"]
@@ -59,7 +60,8 @@ def _group_table(rows: pd.DataFrame) -> list[str]:
             )
             lines.append(
                 f"| {batch_size} | {row.contender} | {format_seconds(row.seconds_per_step)} "
-                f"| {spread} | {_speedup(baseline, row.seconds_per_step)} "
+                f"| {spread} | {format_seconds(row.seconds_per_fit_overhead)} "
+                f"| {_speedup(baseline, row.seconds_per_step)} "
                 f"| {_number(row.final_train_loss)} | {_number(row.validation_loss)} |"
             )
     return lines
@@ -73,13 +75,15 @@ def summary_markdown(results: pd.DataFrame) -> str:
     lines = [
         f"# ortbench bench: run {first.run_id}",
         "",
-        f"Time per training step: median over {first['repeat']} timed fits of "
-        f"{first['epochs']} epochs each, after a first fit of as many epochs that built the "
-        "model and gave the losses; the timed fits of the contenders of one batch size take "
-        "turns, each after one untimed epoch of its own. Speed-up: the baseline's time per "
-        "step over the contender's, at the same batch size (the baseline: the one the run "
-        f"named, else {BASELINE} where it ran, else the first of the engine's contenders). "
-        "Sections go by data set, device and model size (trained values).",
+        f"Time per training step: median over {first['repeat']} rounds of the "
+        f"{first['timing']} (the time a fit pays once cancels out and is shown apart as "
+        "fixed cost per fit), after a first fit of "
+        f"{first['epochs']} epochs that built the model and gave the losses; the timed fits "
+        "of the contenders of one batch size take turns, and every timed epoch holds at "
+        "least 8 full batches. Speed-up: the baseline's time per step over the contender's, "
+        "at the same batch size (the baseline: the one the run named, else "
+        f"{BASELINE} where it ran, else the first of the engine's contenders). Sections go "
+        "by data set, device and model size (trained values).",
         "",
         f"Machine: {first.cpu_model}, {first.cpu_cores} cores, {first.cpu_threads} threads "
         f"({first.platform}). Python {first.python_version}, onnxruntime "
@@ -104,7 +108,7 @@ def summary_markdown(results: pd.DataFrame) -> str:
         ]
         lines += [
             f"| {r.contender} | {r.problem} | {r.dataset} | {r.batch_size} | {r.device} "
-            f"| {r.status} |"
+            f"| {escape_cell(r.status)} |"
             for r in other.itertuples()
         ]
     return "\n".join(lines) + "\n"
