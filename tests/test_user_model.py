@@ -13,11 +13,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from skl2onnx import to_onnx
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import log_loss
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
+from ortbench.bench.contenders import make_contender
 from ortbench.bench.problems import make_problem, sized_problems
 from ortbench.bench.store import RESULTS_CSV
-from ortbench.bench.user_model import mlp_layers
+from ortbench.bench.user_model import UserFiles, load_user_problem, mlp_layers
 from ortbench.cli import main
 from ortbench.report.scaling import fixed_batch_size, write_scaling_plot
 from ortbench.report.summary import group_baseline
@@ -148,15 +150,11 @@ def test_baseline_option(files, tmp_path):
 
 
 def test_the_starting_loss_is_the_models_own(files):
-    from ortbench.bench.user_model import UserFiles, load_user_problem
-
     problem = load_user_problem(UserFiles(str(files / "model.onnx"), (str(files / "data.npz"),)))
     data = problem.data
     expected = np.average(
         0.5 * (numpy_forward(data.X_train) - data.y_train) ** 2, weights=data.w_train
     )
-    from ortbench.bench.contenders import make_contender
-
     output = make_contender("ort-fwbw", problem, 16).predict(data.X_train)
     assert problem.loss(data.y_train, output, data.w_train) == pytest.approx(expected, rel=1e-5)
     assert make_problem("model.onnx", "data.npz") is problem
@@ -202,11 +200,26 @@ def test_a_converted_scikit_learn_mlp_gets_every_contender(tmp_path):
     ran = set(results[results.status == "ok"].contender)
     assert ran == ({"sklearn-mlp-sgd", "ort-fwbw"} | ({"torch-sgd"} if TORCH else set()))
     # every contender starts from the converted model: scikit-learn's own loss
-    from ortbench.bench.user_model import UserFiles, load_user_problem
-
     problem = load_user_problem(UserFiles(str(tmp_path / "mlp.onnx"), (str(tmp_path / "d.npz"),)))
     own = 0.5 * np.mean((mlp.predict(problem.data.X_train) - problem.data.y_train) ** 2)
     assert np.allclose(results[results.status == "ok"].initial_loss, own, rtol=1e-4)
+
+
+def test_a_converted_classifier_trains_with_the_log_loss(tmp_path):
+    data = make_problem("mlp-multiclass", "digits", n_samples=400).data
+    X, y = data.X_train, data.y_train + 3  # labels 3..12: any integers are classes
+    mlp = fitted(MLPClassifier(hidden_layer_sizes=(16,), max_iter=1, random_state=0), X, y)
+    onnx.save(to_onnx(mlp, X[:1], options={"zipmap": False}), tmp_path / "clf.onnx")
+    np.savez(tmp_path / "digits.npz", X=X, y=y)
+    files = UserFiles(str(tmp_path / "clf.onnx"), (str(tmp_path / "digits.npz"),))
+    problem = load_user_problem(files)
+    assert (problem.task, problem.loss_name) == ("multiclass", "log")
+    own = log_loss(problem.data.y_train, mlp.predict_proba(problem.data.X_train))
+    for name in ["sklearn-mlp-sgd", "ort-fwbw", "ort-full", *(["torch-sgd"] if TORCH else [])]:
+        contender = make_contender(name, problem, 16)
+        output = contender.predict(problem.data.X_train)
+        assert problem.loss(problem.data.y_train, output) == pytest.approx(own, rel=1e-4), name
+        assert contender.fit(2).loss_curve_[-1] < own, name
 
 
 @pytest.mark.parametrize("n_classes", [2, 3])
