@@ -143,8 +143,26 @@ class Problem:
 
 
 def problem_name(base: str, hidden: tuple[int, ...] | None) -> str:
-    """The name of built-in problem ``base`` with these hidden layers (``mlp-256-128``);
-    ``base`` itself for its default sizes and for the linear problem."""
+    """The name of built-in problem ``base`` with these hidden layers.
+
+    Parameters
+    ----------
+    base : str
+        One of :data:`PROBLEMS`.
+    hidden : tuple of int or None
+        Hidden layer sizes (None: the default).
+
+    Returns
+    -------
+    str
+        ``mlp-256-128`` for ``('mlp', (256, 128))``; ``base`` itself for its default sizes
+        and for the linear problem.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown problem.
+    """
     if base not in _MODELS:
         raise OrtBenchError(f"unknown problem {base!r}: expected one of {list(PROBLEMS)}")
     if hidden is None or not _MODELS[base][0] or tuple(hidden) == _MODELS[base][0]:
@@ -155,14 +173,47 @@ def problem_name(base: str, hidden: tuple[int, ...] | None) -> str:
 def sized_problems(
     problems: tuple[str, ...], hidden: tuple[tuple[int, ...], ...]
 ) -> tuple[str, ...]:
-    """Every built-in problem of ``problems`` at every size of ``hidden`` (the linear
-    problem, which has no hidden layer, once)."""
+    """Every built-in problem of ``problems`` at every size of ``hidden``.
+
+    Parameters
+    ----------
+    problems : tuple of str
+        Problem names (sized or not: their base problem is taken).
+    hidden : tuple of tuple of int
+        Hidden layer sizes.
+
+    Returns
+    -------
+    tuple of str
+        The sized names, in order, without repeats (the linear problem once).
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown problem.
+    """
     names = [problem_name(parse_problem_name(p)[0], h) for p in problems for h in hidden]
     return tuple(dict.fromkeys(names))
 
 
 def parse_hidden(values: list[str]) -> tuple[tuple[int, ...], ...]:
-    """``['50,10', '256,128']`` -> ((50, 10), (256, 128)): hidden layers, one size per value."""
+    """Hidden layer sizes from the command line.
+
+    Parameters
+    ----------
+    values : list of str
+        One model size per value, layer sizes joined by commas: ``['50,10', '256,128']``.
+
+    Returns
+    -------
+    tuple of tuple of int
+        ``((50, 10), (256, 128))``.
+
+    Raises
+    ------
+    OrtBenchError
+        For a value that is not integers >= 1 joined by commas.
+    """
     sizes = []
     for value in values:
         try:
@@ -178,7 +229,13 @@ def parse_hidden(values: list[str]) -> tuple[tuple[int, ...], ...]:
 
 
 def parse_problem_name(name: str) -> tuple[str, tuple[int, ...]]:
-    """The built-in problem and hidden layers a name stands for (see :func:`problem_name`)."""
+    """The built-in problem and hidden layers a name stands for (see :func:`problem_name`).
+
+    Raises
+    ------
+    OrtBenchError
+        For a name that is neither a built-in problem nor a sized MLP problem.
+    """
     if name in _MODELS:
         return name, _MODELS[name][0]
     sized = _SIZED.match(name)
