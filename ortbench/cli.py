@@ -327,7 +327,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line (``ortbench bench``, ``profile``, ``report``, ``compare``).
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after the program name; by default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit status: 0 success; 1 ``compare`` found a regression or a failure; 2 bad
+        input (one line on stderr); 3 ``compare`` had nothing to compare; 130
+        interrupted.
+    """
     args = _parser().parse_args(argv)
     try:
         return args.func(args)

@@ -68,7 +68,7 @@ class AgentSteps(LossUpdateSteps):
         self._forward_out = capi.value_vector([prediction])
         self._backward_in = capi.value_vector([loss_grad])
         weights = self._buffers.weights
-        self._steps = [
+        self._records = [
             AgentStep(
                 tuple(capi.value_vector([batch.values[0], *weights[p]]) for p in (0, 1)),
                 self._bind_loss(batch, prediction, loss_grad).run,
@@ -83,7 +83,7 @@ class AgentSteps(LossUpdateSteps):
         loss_out, penalty_out = self._loss_out, self._penalty_out
         new_state = capi.PartialGraphExecutionState
         parity, total = self._parity, 0.0
-        for forward_in, run_loss, length in self._steps:
+        for forward_in, run_loss, length in self._records:
             state = new_state()
             agent.run_forward(forward_in[parity], forward_out, state, None)
             run_loss()

@@ -52,16 +52,40 @@ def onnx_derivative(
 ) -> onnx.ModelProto:
     """The gradient graph of a model with respect to its weights and/or inputs.
 
-    ``backend='ort-training'`` asks onnxruntime-training's gradient builder (its graph uses
-    training-only kernels); ``'portable'`` builds it from standard operators only
-    (:mod:`ortbench.training.portable`), runnable by any onnxruntime build. The default is
-    ort-training where it is installed, else portable.
+    Parameters
+    ----------
+    onx : onnx.ModelProto, bytes or path
+        The model.
+    weights : list of str, optional
+        The initializers to differentiate; by default :func:`trainable_initializers`,
+        ``[]`` for none.
+    inputs : list of str, optional
+        The float inputs to differentiate; by default every float input.
+    keep_outputs : bool, default=False
+        Also output the model's outputs.
+    fill_grad : bool, default=False
+        Take the upstream gradient as ones instead of adding inputs for it.
+    options : DerivativeOptions, optional
+        The seed's flags; when given, they set ``keep_outputs`` and ``fill_grad``.
+    backend : {'ort-training', 'portable'}, optional
+        ``'ort-training'`` asks onnxruntime-training's gradient builder (its graph uses
+        training-only kernels); ``'portable'`` builds it from standard operators only
+        (:mod:`ortbench.training.portable`), runnable by any onnxruntime build. The
+        default is ort-training where it is installed, else portable.
 
-    Inputs of the result: the model's inputs, each weight as an input, then ``<y>_grad``
-    for each float output ``y`` (the upstream gradient; absent with ``fill_grad``, which
-    takes it as ones). Outputs: ``<x>_grad`` for each differentiated input, then
-    ``<w>_grad`` for each weight, then the model's outputs when ``keep_outputs``.
-    By default the weights are :func:`trainable_initializers` and the inputs every float input.
+    Returns
+    -------
+    onnx.ModelProto
+        Inputs: the model's inputs, each weight as an input, then ``<y>_grad`` for each
+        float output ``y`` (the upstream gradient; absent with ``fill_grad``). Outputs:
+        ``<x>_grad`` for each differentiated input, then ``<w>_grad`` for each weight,
+        then the model's outputs when ``keep_outputs``.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown weight or input, nothing to differentiate, or a model the backend
+        cannot differentiate.
     """
     backend = choose_backend(backend)
     if options is not None:

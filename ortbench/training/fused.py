@@ -144,7 +144,7 @@ class FusedSteps(DoubleBufferedSteps):
     def start_fit(self, loader: BatchLoader) -> None:
         """Bind each staged batch's feeds, for both parities."""
         self._n_samples = loader.n_samples
-        self._steps = [
+        self._records = [
             FusedStep(tuple(self._bind(batch, p) for p in (0, 1)), batch.length)
             for batch in loader.batches
         ]
@@ -171,7 +171,7 @@ class FusedSteps(DoubleBufferedSteps):
     def run_epoch(self) -> float:
         """Train on every staged batch; return the epoch's loss (mean over samples)."""
         parity, total, out = self._parity, 0.0, self._loss_out
-        for runs, length in self._steps:
+        for runs, length in self._records:
             runs[parity].run()
             parity = 1 - parity
             total += float(out) * length

@@ -11,7 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 from .errors import OrtBenchError
 from .runtime import MAX_IR_VERSION, MAX_OPSET
 
-_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+#: The element types of the tensors the engine trains and differentiates.
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 
 
 def load_model(model_onnx) -> onnx.ModelProto:
@@ -90,7 +91,7 @@ def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
             consumers.setdefault(name, []).append((node.op_type, position))
     names = []
     for init in onx.graph.initializer:
-        if init.data_type not in _FLOAT_TYPES or len(init.dims) == 0:
+        if init.data_type not in FLOAT_TYPES or len(init.dims) == 0:
             continue
         uses = consumers.get(init.name, [])
         if uses and all(use == ("Sub", 0) for use in uses):
@@ -134,7 +135,7 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
             raise OrtBenchError(
                 f"unknown weight {name!r}: the model's initializers are {sorted(known)}"
             )
-        if known[name].data_type not in _FLOAT_TYPES:
+        if known[name].data_type not in FLOAT_TYPES:
             raise OrtBenchError(f"weight {name!r} is not a float tensor and cannot be trained")
     if not weights:
         raise OrtBenchError("the model has nothing to train: weights_to_train is empty")
@@ -187,7 +188,7 @@ def training_output(onx: onnx.ModelProto) -> str:
         if node is not None and node.op_type == "ZipMap":
             return node.input[0]
         tensor = out.type.tensor_type
-        if out.type.HasField("tensor_type") and tensor.elem_type in _FLOAT_TYPES:
+        if out.type.HasField("tensor_type") and tensor.elem_type in FLOAT_TYPES:
             return out.name
     raise OrtBenchError("the model has no float output to train through")
 
@@ -249,12 +250,13 @@ def rewrite_linear_nodes(onx) -> onnx.ModelProto:
     return model
 
 
-def _attributes(node: onnx.NodeProto) -> dict:
+def node_attributes(node: onnx.NodeProto) -> dict:
+    """A node's attributes by name, as Python values."""
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _linear_weights(node, k, graph, n_rows):
-    attrs = _attributes(node)
+    attrs = node_attributes(node)
     coef = np.asarray(attrs["coefficients"], dtype=np.float32).reshape(n_rows, -1).T
     intercept = np.asarray(attrs.get("intercepts", np.zeros(n_rows)), dtype=np.float32)
     base = node.name or f"linear{k}"
@@ -269,7 +271,7 @@ def _linear_weights(node, k, graph, n_rows):
 
 
 def _linear_regressor(node, k, graph):
-    attrs = _attributes(node)
+    attrs = node_attributes(node)
     if attrs.get("post_transform", b"NONE") not in (b"NONE", "NONE"):
         raise OrtBenchError(f"LinearRegressor {node.name!r}: post_transform is not supported")
     _, base, (coef, intercept) = _linear_weights(node, k, graph, int(attrs.get("targets", 1)))
@@ -281,7 +283,7 @@ def _linear_regressor(node, k, graph):
 
 def _linear_classifier(node, k, graph):
     """Scores and labels as onnxruntime's LinearClassifier kernel computes them."""
-    attrs = _attributes(node)
+    attrs = node_attributes(node)
     labels = attrs.get("classlabels_ints")
     if labels is None:
         raise OrtBenchError(
@@ -368,7 +370,7 @@ def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
     ):
         return model  # a subgraph may read the tensor by its name: leave the model alone
     try:
-        shapes = _static_shapes(model)
+        shapes, _ = inferred_shapes(model)
     except onnx.shape_inference.InferenceError:
         return model  # an optimisation only: a model onnx cannot infer trains as it is
     constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
@@ -384,7 +386,7 @@ def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
             continue
         source, target = node.input[0], node.output[0]
         shape = shapes.get(source)
-        if shape is None or not _same_shape(shape, constants[node.input[1]]):
+        if shape is None or None in shape or not _same_shape(shape, constants[node.input[1]]):
             continue
         if target in outputs:
             if source in sources or source in outputs:
@@ -401,23 +403,44 @@ def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    """Fully static tensor shapes by name, from onnx's shape inference."""
+def inferred_shapes(model: onnx.ModelProto) -> tuple[dict[str, list], dict[str, int]]:
+    """Tensor shapes and element types by name, from onnx's shape inference.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The model.
+
+    Returns
+    -------
+    shapes : dict of str to list
+        The dimensions of every tensor whose rank is known (None where a dimension is not
+        a positive constant), initializers included.
+    types : dict of str to int
+        The ``TensorProto`` element type of every tensor (0 for a non-tensor value).
+
+    Raises
+    ------
+    onnx.shape_inference.InferenceError
+        When onnx cannot infer the model.
+    """
     inferred = onnx.shape_inference.infer_shapes(model)
+    shapes, types = {}, {}
     graph = inferred.graph
-    shapes = {}
-    for value in [*graph.input, *graph.value_info, *graph.output]:
+    for value in [*graph.input, *graph.output, *graph.value_info]:
         tensor = value.type.tensor_type
-        if value.type.HasField("tensor_type") and tensor.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else 0 for d in tensor.shape.dim]
-            if all(d > 0 for d in dims):
-                shapes[value.name] = tuple(dims)
+        types[value.name] = tensor.elem_type
+        if tensor.HasField("shape"):
+            shapes[value.name] = [
+                d.dim_value if d.dim_value > 0 else None for d in tensor.shape.dim
+            ]
     for init in graph.initializer:
-        shapes[init.name] = tuple(init.dims)
-    return shapes
+        shapes[init.name] = list(init.dims)
+        types[init.name] = init.data_type
+    return shapes, types
 
 
-def _same_shape(shape: tuple[int, ...], target: np.ndarray) -> bool:
+def _same_shape(shape: list[int], target: np.ndarray) -> bool:
     """Whether Reshape (allowzero=0) to ``target`` keeps ``shape``."""
     target = [int(d) for d in np.ravel(target)]
     if len(target) != len(shape) or target.count(-1) > 1:

@@ -45,7 +45,23 @@ _SCHEDULES = ("constant", "invscaling")
 
 
 class BaseLearningRate(BaseEstimator):
-    """Schedule state shared by every learning rate, and the SGD family's update."""
+    """Schedule state shared by every learning rate, and the SGD family's update.
+
+    Parameters
+    ----------
+    eta0 : float, default=0.01
+        The initial learning rate.
+    learning_rate : {'constant', 'invscaling'}, default='constant'
+        The schedule: ``'invscaling'`` sets ``eta0 / (t + 1) ** power_t`` at the end of
+        each epoch, ``t`` being the samples seen so far.
+    power_t : float, default=0.25
+        The exponent of ``'invscaling'``.
+
+    Attributes
+    ----------
+    value : float
+        The current rate, set by :meth:`init_learning_rate`.
+    """
 
     #: Tensors of optimizer state kept per weight: 0 (SGD) or 1 (momentum).
     n_states = 0
@@ -171,11 +187,27 @@ class BaseLearningRate(BaseEstimator):
 
 
 class LearningRateSGD(BaseLearningRate):
-    """Plain stochastic gradient descent: w += -lr * g."""
+    """Plain stochastic gradient descent: w += -lr * g.
+
+    Parameters
+    ----------
+    eta0, learning_rate, power_t
+        The schedule, as :class:`BaseLearningRate` takes it.
+    """
 
 
 class LearningRateSGDNesterov(BaseLearningRate):
-    """SGD with momentum, Nesterov's by default, as MLPRegressor(solver='sgd') runs it."""
+    """SGD with momentum, Nesterov's by default, as MLPRegressor(solver='sgd') runs it.
+
+    Parameters
+    ----------
+    eta0, learning_rate, power_t
+        The schedule, as :class:`BaseLearningRate` takes it.
+    momentum : float, default=0.9
+        In [0, 1).
+    nesterov : bool, default=True
+        Nesterov's momentum, else classical momentum.
+    """
 
     n_states = 1
 
@@ -205,7 +237,19 @@ class LearningRateSGDNesterov(BaseLearningRate):
 
 
 class LearningRateAdamW(BaseLearningRate):
-    """AdamW as onnxruntime's on-device optimizer runs it (full training only)."""
+    """AdamW as onnxruntime's on-device optimizer runs it (full training only).
+
+    Parameters
+    ----------
+    eta0, learning_rate, power_t
+        The schedule, as :class:`BaseLearningRate` takes it (``eta0`` 0.001 by default).
+    beta1, beta2 : float, default=0.9, 0.999
+        Decay rates of the first and second moment estimates.
+    epsilon : float, default=1e-8
+        Added to the second moment's square root.
+    weight_decay : float, default=0.01
+        Decoupled weight decay.
+    """
 
     def __init__(
         self,

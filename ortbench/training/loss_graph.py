@@ -26,14 +26,41 @@ def add_loss_output(
 ) -> onnx.ModelProto:
     """Return a model that also outputs a loss, first among its outputs.
 
-    The loss compares ``output_name`` (default: the model's first float output, looking
-    through ZipMap) with a new input ``label_name`` of the same shape (one-hot float labels
-    for ``score_name='log'``). ``weight_name`` adds a sample-weight input (n,) and makes the
-    loss a weighted mean. ``scale_name`` instead adds an (n, 1) input holding each row's
-    share of the batch loss (w / sum(w)), computed by the caller once per batch: the
-    graph then has no nodes for the mean (the trainers' loader stages this column).
-    ``penalty={'coef': {'l1': a, 'l2': b}}`` adds
-    a * sum|coef| + b * sum(coef^2) for each named initializer.
+    Parameters
+    ----------
+    onx : onnx.ModelProto, bytes or path
+        The model.
+    score_name : {'squared_error', 'absolute_error', 'elastic', 'log'}, default='squared_error'
+        The loss; ``'log'`` compares probabilities with one-hot float labels.
+    loss_name : str, default='loss'
+        The new scalar output.
+    label_name : str, default='label'
+        The new input holding the labels, of the shape of ``output_name``.
+    weight_name : str, optional
+        Adds a sample-weight input (n,) and makes the loss a weighted mean.
+    scale_name : str, optional
+        Instead of ``weight_name``, adds an (n, 1) input holding each row's share of the
+        batch loss (w / sum(w)), computed by the caller once per batch: the graph then has
+        no nodes for the mean (the trainers' loader stages this column).
+    penalty : dict, optional
+        ``{name: {'l1': a, 'l2': b}}`` adds ``a * sum|w| + b * sum(w^2)`` for each named
+        initializer ``w``.
+    output_name : str, optional
+        The output the loss reads; by default the model's first float output, looking
+        through ZipMap.
+    l1_weight, l2_weight : float, default=0.5
+        The two terms of the ``'elastic'`` loss.
+
+    Returns
+    -------
+    onnx.ModelProto
+        A copy of the model with the loss.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown loss or penalised initializer, or both ``weight_name`` and
+        ``scale_name``.
     """
     model = load_model(onx)
     graph = model.graph

@@ -160,7 +160,8 @@ class LossUpdateSteps(DoubleBufferedSteps):
     def _bind_steps(
         self, batches: list[Batch], prediction: capi.OrtValue, loss_grad: capi.OrtValue
     ) -> None:
-        """Bind forward and backward of every batch, and make the epoch's step records."""
+        """Bind forward and backward of every batch; make ``_records``, one step record
+        per batch, which :meth:`run_epoch` iterates over."""
         raise NotImplementedError
 
     def _bind_loss(

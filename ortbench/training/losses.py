@@ -56,6 +56,11 @@ class BaseLearningLoss(BaseEstimator):
         ``grad_scale`` to the loss scale times the optimizer's step factor, so the
         backward pass yields the weight step itself. Outputs: ``loss`` (scalar) and
         ``loss_grad`` (n, c), the scaled gradient of the loss wrt ``predicted``.
+
+        Returns
+        -------
+        onnx.ModelProto
+            The graph, at the opset onnxruntime 1.19.2 reads.
         """
         b = GraphBuilder(type(self).__name__)
         expected = b.input("expected", ["N", "C"])
@@ -117,7 +122,13 @@ class AbsoluteLearningLoss(BaseLearningLoss):
 
 
 class ElasticLearningLoss(BaseLearningLoss):
-    """l1_weight * |p - y| + l2_weight * (p - y)^2 per element."""
+    """l1_weight * |p - y| + l2_weight * (p - y)^2 per element.
+
+    Parameters
+    ----------
+    l1_weight, l2_weight : float, default=0.5
+        The weights of the two terms.
+    """
 
     def __init__(self, l1_weight: float = 0.5, l2_weight: float = 0.5):
         self.l1_weight = l1_weight
@@ -158,7 +169,25 @@ LOSSES = {
 
 
 def loss_from_name(score_name: str, l1_weight: float = 0.5, l2_weight: float = 0.5):
-    """The loss object for one of :data:`LOSSES`' names."""
+    """The loss object for one of :data:`LOSSES`' names.
+
+    Parameters
+    ----------
+    score_name : str
+        A key of :data:`LOSSES`.
+    l1_weight, l2_weight : float, default=0.5
+        The weights of the ``'elastic'`` loss's terms.
+
+    Returns
+    -------
+    BaseLearningLoss
+        The loss.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown name.
+    """
     if score_name not in LOSSES:
         raise OrtBenchError(f"unknown loss {score_name!r}: expected one of {sorted(LOSSES)}")
     if score_name == "elastic":

@@ -129,7 +129,7 @@ class OnDeviceSteps:
     def start_fit(self, loader: BatchLoader) -> None:
         """Wrap each staged batch's feeds in the vector a step hands the runtime."""
         self._n_samples = loader.n_samples
-        self._steps = [
+        self._records = [
             OnDeviceStep(capi.value_vector(self._feeds(batch)), batch.length)
             for batch in loader.batches
         ]
@@ -143,7 +143,7 @@ class OnDeviceSteps:
             self._loss_out,
         )
         total = 0.0
-        for feeds, length in self._steps:
+        for feeds, length in self._records:
             module.train_step_with_ort_values(feeds, fetch)
             optimizer.optimizer_step()
             total += float(out) * length

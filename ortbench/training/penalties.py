@@ -42,7 +42,13 @@ class NoLearningPenalty(BaseLearningPenalty):
 
 
 class ElasticLearningPenalty(BaseLearningPenalty):
-    """l1 * sum|W| + l2 * sum(W^2); gradient l1 * sign(W) + 2 * l2 * W."""
+    """l1 * sum|W| + l2 * sum(W^2); gradient l1 * sign(W) + 2 * l2 * W.
+
+    Parameters
+    ----------
+    l1, l2 : float, default=0.5
+        The weights of the two terms (both 0: no penalty, no node).
+    """
 
     def __init__(self, l1: float = 0.5, l2: float = 0.5):
         self.l1 = l1

@@ -17,12 +17,11 @@ from collections.abc import Callable
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper, shape_inference
+from onnx import TensorProto, helper, numpy_helper
 
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
-
-FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+from .graph_tools import FLOAT_TYPES, inferred_shapes, node_attributes
 
 
 class _Context:
@@ -66,10 +65,6 @@ class _Context:
         if shape is not None and all(d is not None for d in shape):
             return self.b.const(shape, np.int64)
         return self.b.op("Shape", name)
-
-
-def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _zeros_like_where(ctx, condition, grad, positive: bool):
@@ -135,7 +130,7 @@ def _matmul(ctx, node, g):
 
 
 def _gemm(ctx, node, g):
-    attrs = _attrs(node)
+    attrs = node_attributes(node)
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
     trans_a, trans_b = attrs.get("transA", 0), attrs.get("transB", 0)
     a, b = node.input[:2]
@@ -164,7 +159,7 @@ def _relu(ctx, node, g):
 
 
 def _leaky_relu(ctx, node, g):
-    alpha = _attrs(node).get("alpha", 0.01)
+    alpha = node_attributes(node).get("alpha", 0.01)
     positive = ctx.b.op("Greater", node.input[0], ctx.b.const(0.0))
     return [ctx.b.op("Where", positive, g[0], ctx.b.op("Mul", g[0], ctx.b.const(alpha)))]
 
@@ -182,14 +177,14 @@ def _tanh(ctx, node, g):
 
 
 def _softmax(ctx, node, g):
-    y, axis = node.output[0], _attrs(node).get("axis", -1)
+    y, axis = node.output[0], node_attributes(node).get("axis", -1)
     gy = ctx.b.op("Mul", g[0], y)
     total = ctx.b.op("ReduceSum", gy, ctx.b.const([axis], np.int64), keepdims=1)
     return [ctx.b.op("Sub", gy, ctx.b.op("Mul", y, total))]
 
 
 def _log_softmax(ctx, node, g):
-    y, axis = node.output[0], _attrs(node).get("axis", -1)
+    y, axis = node.output[0], node_attributes(node).get("axis", -1)
     total = ctx.b.op("ReduceSum", g[0], ctx.b.const([axis], np.int64), keepdims=1)
     return [ctx.b.op("Sub", g[0], ctx.b.op("Mul", ctx.b.op("Exp", y), total))]
 
@@ -245,7 +240,7 @@ def _reshape_back(ctx, node, g):
 
 
 def _transpose(ctx, node, g):
-    perm = _attrs(node).get("perm")
+    perm = node_attributes(node).get("perm")
     if perm is None:
         perm = list(reversed(range(ctx.rank(node.input[0]))))
     inverse = [int(k) for k in np.argsort(perm)]
@@ -253,7 +248,7 @@ def _transpose(ctx, node, g):
 
 
 def _concat(ctx, node, g):
-    axis = _attrs(node)["axis"] % ctx.rank(node.output[0])
+    axis = node_attributes(node)["axis"] % ctx.rank(node.output[0])
     if ctx.b.opset >= 15:
         sizes = [ctx.b.op("Shape", x, start=axis, end=axis + 1) for x in node.input]
     else:
@@ -304,13 +299,13 @@ def _slice(ctx, node, g):
 
 
 def _gather(ctx, node, g):
-    axis = _attrs(node).get("axis", 0)
+    axis = node_attributes(node).get("axis", 0)
     picked = ctx.b.op("Gather", _positions(ctx, node.input[0]), node.input[1], axis=axis)
     return [_scatter_back(ctx, node.input[0], picked, g[0]), None]
 
 
 def _reduce_axes(ctx, node):
-    attrs = _attrs(node)
+    attrs = node_attributes(node)
     if len(node.input) > 1 and node.input[1]:
         return node.input[1], attrs.get("keepdims", 1)
     if "axes" in attrs:  # opsets before 13 (ReduceMean before 18)
@@ -377,23 +372,6 @@ RULES: dict[str, Rule] = {
 }
 
 
-def _static_shapes(model: onnx.ModelProto) -> tuple[dict[str, list], dict[str, int]]:
-    inferred = shape_inference.infer_shapes(model)
-    shapes, types = {}, {}
-    graph = inferred.graph
-    for value in [*graph.input, *graph.output, *graph.value_info]:
-        tensor = value.type.tensor_type
-        types[value.name] = tensor.elem_type
-        if tensor.HasField("shape"):
-            shapes[value.name] = [
-                d.dim_value if d.dim_value > 0 else None for d in tensor.shape.dim
-            ]
-    for init in graph.initializer:
-        shapes[init.name] = list(init.dims)
-        types[init.name] = init.data_type
-    return shapes, types
-
-
 def vjp_graph(model: onnx.ModelProto, wrt: list[str], fill_grad: bool = False) -> onnx.ModelProto:
     """The model plus the gradients of its float outputs with respect to ``wrt``.
 
@@ -405,7 +383,7 @@ def vjp_graph(model: onnx.ModelProto, wrt: list[str], fill_grad: bool = False) -
         raise OrtBenchError(
             f"portable gradients need ai.onnx opset >= 13, the model has {_opset(model)}"
         )
-    shapes, types = _static_shapes(model)
+    shapes, types = inferred_shapes(model)
     graph = model.graph
     outputs = [o.name for o in graph.output if types.get(o.name) in FLOAT_TYPES]
     b = GraphBuilder("vjp", opset=_opset(model), prefix="vjp_")
@@ -478,7 +456,7 @@ def split_forward_backward(
     )
     forward_made = {o for node in forward_nodes for o in node.output}
     stash = [name for name in needed if name in forward_made]
-    shapes, types = _static_shapes(model)
+    shapes, types = inferred_shapes(model)
 
     def info(name: str) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(

@@ -91,7 +91,7 @@ class SplitSteps(LossUpdateSteps):
 
     def _bind_steps(self, batches: list[Batch], prediction, loss_grad) -> None:
         stash = self._stash_values(batches[0], prediction)
-        self._steps = [
+        self._records = [
             SplitStep(
                 tuple(self._bind_passes(batch, p, stash, loss_grad) for p in (0, 1)),
                 self._bind_loss(batch, prediction, loss_grad).run,
@@ -103,7 +103,7 @@ class SplitSteps(LossUpdateSteps):
     def run_epoch(self) -> float:
         updates, loss_out, penalty_out = self._updates, self._loss_out, self._penalty_out
         parity, total = self._parity, 0.0
-        for passes, run_loss, length in self._steps:
+        for passes, run_loss, length in self._records:
             run_forward, run_backward = passes[parity]
             run_forward()
             run_loss()
