@@ -222,6 +222,28 @@ def test_a_converted_classifier_trains_with_the_log_loss(tmp_path):
         assert contender.fit(2).loss_curve_[-1] < own, name
 
 
+@pytest.mark.parametrize(
+    "same",
+    [
+        ["sklearn-mlp-sgd", "ort-fwbw", "ort-full", "torch-sgd"],
+        ["sklearn-mlp-nesterov", "ort-fwbw-nesterov", "torch-nesterov"],
+    ],
+)
+def test_sample_weights_give_the_same_trajectory_everywhere(tmp_path, same):
+    """Weighted batches (sum(w * loss) / sum(w) per batch) in every library alike."""
+    rng = np.random.RandomState(0)
+    X = rng.randn(400, 6).astype(np.float32)
+    y, w = np.sin(X[:, 0]) + X[:, 1], rng.uniform(0.2, 3, 400)
+    mlp = fitted(MLPRegressor(hidden_layer_sizes=(8,), max_iter=1, random_state=0), X, y)
+    onnx.save(to_onnx(mlp, X[:1]), tmp_path / "w.onnx")
+    np.savez(tmp_path / "w.npz", X=X, y=y, sample_weight=w)
+    problem = load_user_problem(UserFiles(str(tmp_path / "w.onnx"), (str(tmp_path / "w.npz"),)))
+    names = [n for n in same if TORCH or not n.startswith("torch")]
+    found = {n: make_contender(n, problem, 16, shuffle=False).fit(3).loss_curve_ for n in names}
+    for name in names[1:]:
+        np.testing.assert_allclose(found[name], found[names[0]], rtol=1e-5, err_msg=name)
+
+
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_the_layers_of_a_converted_classifier(n_classes):
     rng = np.random.RandomState(0)
