@@ -23,7 +23,7 @@ from .bench.checkouts import DEFAULT_CACHE, checkout
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
-from .bench.problems import PROBLEMS, make_problem
+from .bench.problems import PROBLEMS, make_problem, parse_hidden, problem_name, sized_problems
 from .bench.store import (
     KEYS,
     RESULTS_CSV,
@@ -34,6 +34,7 @@ from .bench.store import (
     usable_file,
     usable_folder,
 )
+from .bench.user_model import USER_LOSSES, UserFiles, load_user_problem
 from .profiling.driver import ProfileRequest, profile
 from .progress import Progress
 from .report.compare_page import write_comparison_html
@@ -41,6 +42,7 @@ from .report.html import write_index
 from .report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, min_pvalue
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
+from .report.scaling import write_scaling_plot
 from .report.summary import SUMMARY_MD
 from .report.units import format_seconds
 from .report.verdicts import compare, comparison_markdown
@@ -81,6 +83,7 @@ def _progress(start: float):
 
 def _write_reports(folder: Path) -> str:
     write_plots(folder)
+    write_scaling_plot(folder)
     write_index(folder)  # writes summary.md too
     return (folder / SUMMARY_MD).read_text(encoding="utf-8")
 
@@ -95,7 +98,11 @@ def _matrix_config(args: argparse.Namespace) -> BenchConfig:
         "devices": args.devices and _names(args.devices),
         "epochs": args.epochs,
         "repeat": args.repeat,
+        "n_samples": args.n_samples,
+        "n_features": args.n_features,
+        "baseline": args.baseline,
     }
+    overrides.update(_own_problems(args, overrides["problems"] or config.problems))
     return replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
 
 
@@ -180,6 +187,41 @@ def _ab(args: argparse.Namespace) -> int:
     return EXIT_FAILING if comparison.failing else 0
 
 
+def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
+    """The problems and data sets of ``--model``/``--data`` (checked and loaded before any
+    cell runs) or of ``--hidden``; nothing to override without them."""
+    user = UserFiles.from_options(args)
+    if user is not None:
+        if args.problem or args.dataset or args.hidden or args.n_samples or args.n_features:
+            raise OrtBenchError(
+                "--model and --data replace --problem, --dataset, --hidden, --n-samples "
+                "and --n-features"
+            )
+        problem = load_user_problem(user)
+        return {"problems": (problem.name,), "datasets": (problem.dataset,)}
+    if args.hidden:
+        hidden = parse_hidden(args.hidden)
+        return {"problems": sized_problems(problems, hidden)}
+    return {}
+
+
+def _add_own_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model, --data and their options, the same on bench and profile."""
+    own = parser.add_argument_group("your own model and data")
+    own.add_argument("--model", metavar="FILE.onnx", help="train this ONNX model")
+    own.add_argument(
+        "--data",
+        nargs="+",
+        metavar="FILE",
+        help="its data: .npz (X, y, sample_weight), X.npy y.npy [w.npy], .csv or .parquet",
+    )
+    own.add_argument("--target", metavar="COLUMN", help="the target column of .csv/.parquet data")
+    own.add_argument("--sample-weight", metavar="COLUMN", help="the sample weights' column")
+    own.add_argument("--weights", nargs="+", metavar="NAME", help="initializers to train")
+    own.add_argument("--loss", choices=USER_LOSSES, help="training loss (default: log for a "
+                     "classifier, else squared_error)")  # fmt: skip
+
+
 def _profile(args: argparse.Namespace) -> int:
     usable_folder(args.out)
     if args.contender not in CONTENDERS:
@@ -190,6 +232,13 @@ def _profile(args: argparse.Namespace) -> int:
         raise OrtBenchError("--batch-size and --epochs must be >= 1")
     if not 0 <= args.min_fraction < 1:
         raise OrtBenchError(f"--min-fraction must be in [0, 1), got {args.min_fraction}")
+    user = UserFiles.from_options(args)
+    if user is not None:
+        load_user_problem(user)
+        args.problem, args.dataset = user.names
+    elif args.hidden:
+        (hidden,) = parse_hidden([args.hidden])
+        args.problem = problem_name(args.problem, hidden)
     request = ProfileRequest(
         args.contender,
         args.problem,
@@ -198,6 +247,7 @@ def _profile(args: argparse.Namespace) -> int:
         args.epochs,
         args.device,
         args.min_fraction,
+        user and user.to_json(),
     )
     try:
         make_contender(
@@ -303,6 +353,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help=f"timing rounds per cell, a short and a long fit each (default {BenchConfig.repeat})",
     )
+    bench.add_argument("--hidden", nargs="+", metavar="H1,H2", help="MLP sizes: 50,10 256,128")
+    bench.add_argument("--n-samples", type=int, metavar="N", help="rows of each data set")
+    bench.add_argument("--n-features", type=int, metavar="N", help="features of generated data")
+    bench.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
+    _add_own_model_options(bench)
     bench.add_argument("--out", default="reports", help="parent folder of the run folder")
     bench.set_defaults(func=_bench)
 
@@ -359,6 +414,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     profiling.add_argument("contender", metavar="CONTENDER", help=f"of {', '.join(CONTENDERS)}")
     profiling.add_argument("--problem", default="mlp", choices=PROBLEMS)
+    profiling.add_argument("--hidden", metavar="H1,H2", help="the MLP's hidden layers: 256,128")
     profiling.add_argument("--dataset", default="make_regression", choices=DATASETS)
     profiling.add_argument("--batch-size", type=int, default=15)
     profiling.add_argument(
@@ -369,6 +425,7 @@ def _parser() -> argparse.ArgumentParser:
         "--min-fraction", type=float, default=0.001, help="cut call-tree nodes below this share"
     )
     profiling.add_argument("--out", default="reports", help="parent folder of the run folder")
+    _add_own_model_options(profiling)
     profiling.set_defaults(func=_profile)
 
     reporting = commands.add_parser(

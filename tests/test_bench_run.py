@@ -82,6 +82,7 @@ def test_results_schema(run_folder):
         "sklearn-mlp-sgd": pytest.approx(np.nan, nan_ok=True),
         **({"torch-sgd": pytest.approx(np.nan, nan_ok=True)} if TORCH else {}),
     }
+    assert (results.trained_values == 10 * 50 + 50 + 50 * 10 + 10 + 10 + 1).all()
     assert (results.onnxruntime_version == "1.19.2").all()
     assert (results.cpu_threads >= 1).all()
 
@@ -100,12 +101,13 @@ def test_results_schema(run_folder):
 def test_summary_and_plots(run_folder):
     text = write_summary(run_folder)
     assert (run_folder / "summary.md").read_text() == text
-    assert "## mlp on diabetes, cpu" in text
+    assert "## mlp (1,071 trained values) on diabetes, cpu" in text
     assert "| 8 | sklearn-mlp-sgd |" in text and "| 1.00x |" in text
     assert "| 8 | ort-full |" in text
     assert "slope between 1- and 5-epoch fits" in text and "fixed cost per fit" in text
     assert "## Cells not run" in text
-    assert TORCH or "unavailable: torch is not installed" in text
+    assert ("| 8 | torch-sgd |" in text) == TORCH
+    assert ("unavailable: torch is not installed" in text) == (not TORCH)
     paths = write_plots(run_folder)
     assert len(paths) == 3
     for path in paths:

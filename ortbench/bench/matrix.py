@@ -19,11 +19,11 @@ import numpy as np
 from ..training import OrtBenchError
 from .contenders import CONTENDERS, Contender, Unavailable, make_contender
 from .contenders.base import SHORT_EPOCHS, slope
-from .datasets import DATASETS, GENERATED, VALIDATION_FRACTION
+from .datasets import GENERATED, VALIDATION_FRACTION
 from .interruption import interruptible
 from .machine import available_devices, machine, versions
 from .memory import peak_memory
-from .problems import PROBLEMS, Problem, make_problem
+from .problems import Problem, check_problems, make_problem
 from .store import MEASURED, ResultsWriter
 
 DEVICES = ("cpu", "cuda")
@@ -38,7 +38,7 @@ class BenchConfig:
     """What to run: the matrix's axes, epochs per fit and timing repeats."""
 
     contenders: tuple[str, ...] = tuple(CONTENDERS)
-    problems: tuple[str, ...] = PROBLEMS
+    problems: tuple[str, ...] = ("linear", "mlp", "mlp-binary")
     datasets: tuple[str, ...] = ("make_regression",)
     batch_sizes: tuple[int, ...] = (1, 15, 64, 256, 1024)
     devices: tuple[str, ...] = field(default_factory=available_devices)
@@ -48,21 +48,25 @@ class BenchConfig:
     repeat: int = 10
     #: rows kept from each data set (None: all); small runs for tests
     n_samples: int | None = None
+    #: features of generated data sets (None: their default)
+    n_features: int | None = None
+    #: the contender speed-ups are measured against (None: see report.summary)
+    baseline: str | None = None
 
     def check(self) -> BenchConfig:
         """Raise a one-line error for anything the matrix cannot run."""
-        for axis, known in (
-            ("contenders", CONTENDERS),
-            ("problems", PROBLEMS),
-            ("datasets", DATASETS),
-            ("devices", DEVICES),
-        ):
+        for axis, known in (("contenders", CONTENDERS), ("devices", DEVICES)):
             values = getattr(self, axis)
             if not values:
                 raise OrtBenchError(f"no {axis} to run")
             unknown = [v for v in values if v not in known]
             if unknown:
                 raise OrtBenchError(f"unknown {axis} {unknown}: expected some of {list(known)}")
+        check_problems(self.problems, self.datasets)
+        if self.baseline is not None and self.baseline not in self.contenders:
+            raise OrtBenchError(
+                f"baseline {self.baseline!r} is not among the contenders run {list(self.contenders)}"
+            )
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise OrtBenchError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
         for name in ("epochs", "repeat"):
@@ -143,10 +147,11 @@ def _first_line(error: BaseException) -> str:
 def _problem(cell: Cell, config: BenchConfig) -> Problem:
     """The cell's problem; a generated data set grows to hold :data:`MIN_BATCHES` full
     batches of the cell's size in its training split."""
-    problem = make_problem(cell.problem, cell.dataset, n_samples=config.n_samples)
+    sizes = {"n_samples": config.n_samples, "n_features": config.n_features}
+    problem = make_problem(cell.problem, cell.dataset, **sizes)
     if cell.dataset in GENERATED and len(problem.data.X_train) < MIN_BATCHES * cell.batch_size:
-        rows = math.ceil(MIN_BATCHES * cell.batch_size / (1 - VALIDATION_FRACTION))
-        problem = make_problem(cell.problem, cell.dataset, n_samples=rows)
+        sizes["n_samples"] = math.ceil(MIN_BATCHES * cell.batch_size / (1 - VALIDATION_FRACTION))
+        problem = make_problem(cell.problem, cell.dataset, **sizes)
     return problem
 
 
@@ -154,6 +159,8 @@ def _row(cell: Cell, config: BenchConfig, problem: Problem) -> dict:
     """The cell's row before anything ran."""
     return {
         **vars(cell),
+        "trained_values": problem.trained_values,
+        "baseline": config.baseline or "",
         "epochs": config.epochs,
         "steps": config.epochs * problem.steps_per_epoch(cell.batch_size),
         "repeat": config.repeat,
@@ -182,14 +189,16 @@ def _prepare(
         return {**row, "status": f"unavailable: {e}"}, None
     data = problem.data
     try:
-        row["initial_loss"] = problem.loss(data.y_train, contender.predict(data.X_train))
+        row["initial_loss"] = problem.loss(
+            data.y_train, contender.predict(data.X_train), data.w_train
+        )
         with peak_memory() as peak:
             contender.fit(config.epochs)
         _check(interrupted)
         row["peak_memory_mb"] = peak.mb
         row["final_train_loss"] = contender.loss_curve_[-1]
         validation = contender.predict(data.X_val)
-        row["validation_loss"] = problem.loss(data.y_val, validation)
+        row["validation_loss"] = problem.loss(data.y_val, validation, data.w_val)
         row["validation_score"] = problem.score(data.y_val, validation)
     except Exception as e:  # a cell that breaks is a result, not the end of the run
         return {**row, "status": f"failed: {_first_line(e)}"}, None

@@ -52,6 +52,8 @@ COLUMNS = [
     "steps",
     "repeat",
     "timing",
+    "trained_values",
+    "baseline",
     *MEASURED,
     "status",
     "python_version",

@@ -55,6 +55,8 @@ class ProfileRequest:
     epochs: int | None = None
     device: str = "cpu"
     min_fraction: float = 0.001
+    #: a user's model and data (``UserFiles.to_json``), None for a built-in problem
+    user: str | None = None
 
 
 def profile(request: ProfileRequest, out: Path, log=print) -> Path:
@@ -144,6 +146,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
         str(epochs),
         request.device,
         str(WARMUP_EPOCHS),
+        *([request.user] if request.user else []),
     ]
     info["flamegraph_problem"] = pyspy.record(command, folder)
     if info["flamegraph_problem"]:

@@ -3,7 +3,8 @@
 Usage: ``python -m ortbench.profiling.workload CONTENDER PROBLEM DATASET BATCH EPOCHS DEVICE
 WARMUP``. It builds the contender and fits ``WARMUP`` epochs, prints ``ready``, waits for a
 line on its standard input, trains ``EPOCHS`` more epochs, prints ``done`` and leaves at
-once: what py-spy sees between the two lines is the steady epoch loop only.
+once: what py-spy sees between the two lines is the steady epoch loop only. A last
+argument, USER_FILES_JSON, loads a user's model and data (``UserFiles.to_json``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import sys
 
 from ..bench.contenders import make_contender
 from ..bench.problems import make_problem
+from ..bench.user_model import UserFiles, load_user_problem
 from .pyspy import DONE, READY
 
 
 def main(argv: list[str]) -> None:
-    contender, problem, dataset, batch_size, epochs, device, warmup = argv
+    contender, problem, dataset, batch_size, epochs, device, warmup, *user = argv
+    if user:
+        load_user_problem(UserFiles.from_json(user[0]))
     cell = make_contender(contender, make_problem(problem, dataset), int(batch_size), device)
     cell.fit(int(warmup))
     print(READY, flush=True)
