@@ -5,14 +5,20 @@ from __future__ import annotations
 
 from ortbench.bench.contenders import CONTENDERS, Contender, Unavailable, make_contender
 from ortbench.bench.contenders.ort import OrtContender
-from ortbench.bench.problems import PROBLEMS, make_problem
+from ortbench.bench.machine import available_devices
+from ortbench.bench.problems import make_problem, sized_problems
 
 CONTENDER_NAMES = list(CONTENDERS)
 #: The contenders that train with ortbench's engine (they run onnxruntime sessions).
 ENGINE_CONTENDERS = [name for name, cls in CONTENDERS.items() if issubclass(cls, OrtContender)]
-PROBLEM_NAMES = list(PROBLEMS)
+#: The model-size axis: the built-in problems at their default size (MLP 50-10), and the
+#: regression MLP at hidden layers 256 and 128 too. A small set: ``asv run --quick`` of
+#: every suite has to stay under 10 minutes on 2 cores (docs/benchmarks.md).
+SIZES = ((50, 10), (256, 128))
+PROBLEM_NAMES = [*sized_problems(("linear", "mlp"), SIZES), "mlp-binary"]
 BATCH_SIZES = [1, 15, 256]
-DEVICES = ["cpu", "cuda"]
+#: the CPU, and CUDA where a device answers
+DEVICES = list(available_devices())
 PARAM_NAMES = ["contender", "problem", "batch_size", "device"]
 
 

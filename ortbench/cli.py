@@ -1,8 +1,9 @@
 """The ``ortbench`` command: ``bench`` runs the comparison matrix, ``compare`` judges two runs,
 ``profile`` profiles one contender, ``report`` writes a run folder's ``index.html``.
 
-Exit status: 0 success; 1 ``compare`` found a regression or a failure; 2 bad input (one
-line on stderr); 3 ``compare`` had nothing to compare; 130 interrupted.
+Exit status: 0 success; 1 ``compare`` found a regression or a failure; 2 bad input, an
+unusable output or a write error (one line on stderr), or a ``bench`` run in which no cell
+could run; 3 ``compare`` had nothing to compare; 130 interrupted (SIGINT or SIGTERM).
 """
 
 from __future__ import annotations
@@ -16,12 +17,22 @@ from pathlib import Path
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
-from .bench.problems import PROBLEMS, make_problem
-from .bench.store import RESULTS_CSV, ResultsWriter
+from .bench.problems import PROBLEMS, make_problem, parse_hidden, problem_name, sized_problems
+from .bench.store import (
+    RESULTS_CSV,
+    ResultsWriter,
+    create_run_folder,
+    is_run_folder,
+    read_records,
+    usable_file,
+    usable_folder,
+)
+from .bench.user_model import USER_LOSSES, UserFiles, load_user_problem
 from .profiling.driver import ProfileRequest, profile
 from .report.html import write_index
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
+from .report.scaling import write_scaling_plot
 from .report.summary import SUMMARY_MD
 from .report.units import format_seconds
 from .report.verdicts import compare, comparison_markdown
@@ -56,15 +67,9 @@ def _progress(start: float):
     return report
 
 
-def _new_folder(root: Path, run_id: str) -> Path:
-    folder, k = root / run_id, 1
-    while folder.exists():
-        folder, k = root / f"{run_id}-{k}", k + 1
-    return folder
-
-
 def _write_reports(folder: Path) -> str:
     write_plots(folder)
+    write_scaling_plot(folder)
     write_index(folder)  # writes summary.md too
     return (folder / SUMMARY_MD).read_text(encoding="utf-8")
 
@@ -79,14 +84,17 @@ def _bench(args: argparse.Namespace) -> int:
         "devices": args.devices and _names(args.devices),
         "epochs": args.epochs,
         "repeat": args.repeat,
+        "n_samples": args.n_samples,
+        "n_features": args.n_features,
+        "baseline": args.baseline,
     }
+    overrides.update(_own_problems(args, overrides["problems"] or config.problems))
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
-    run_id = run_id_now()
-    folder = _new_folder(Path(args.out), run_id)
+    folder = create_run_folder(args.out, run_id_now())
     start = time.perf_counter()
     print(f"ortbench bench: writing {folder}", file=sys.stderr)
     try:
-        run_matrix(config, ResultsWriter(folder), run_id, progress=_progress(start))
+        run_matrix(config, ResultsWriter(folder), folder.name, progress=_progress(start))
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():
             _write_reports(folder)
@@ -98,10 +106,46 @@ def _bench(args: argparse.Namespace) -> int:
         f"ortbench bench: {folder / SUMMARY_MD} and plots written in {elapsed:.0f}s",
         file=sys.stderr,
     )
+    statuses = [record["status"] for record in read_records(folder)]
+    if "ok" not in statuses:
+        raise OrtBenchError(f"no cell could run ({statuses[0] if statuses else 'no cells'})")
     return 0
 
 
+def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
+    """The problems and data sets of ``--model``/``--data`` (checked and loaded before any
+    cell runs) or of ``--hidden``; nothing to override without them."""
+    user = UserFiles.from_options(args)
+    if user is not None:
+        if args.problem or args.dataset or args.hidden:
+            raise OrtBenchError("--model and --data replace --problem, --dataset and --hidden")
+        problem = load_user_problem(user)
+        return {"problems": (problem.name,), "datasets": (problem.dataset,)}
+    if args.hidden:
+        hidden = parse_hidden(args.hidden)
+        return {"problems": sized_problems(problems, hidden)}
+    return {}
+
+
+def _add_own_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model, --data and their options, the same on bench and profile."""
+    own = parser.add_argument_group("your own model and data")
+    own.add_argument("--model", metavar="FILE.onnx", help="train this ONNX model")
+    own.add_argument(
+        "--data",
+        nargs="+",
+        metavar="FILE",
+        help="its data: .npz (X, y, sample_weight), X.npy y.npy [w.npy], .csv or .parquet",
+    )
+    own.add_argument("--target", metavar="COLUMN", help="the target column of .csv/.parquet data")
+    own.add_argument("--sample-weight", metavar="COLUMN", help="the sample weights' column")
+    own.add_argument("--weights", nargs="+", metavar="NAME", help="initializers to train")
+    own.add_argument("--loss", choices=USER_LOSSES, help="training loss (default: log for a "
+                     "classifier, else squared_error)")  # fmt: skip
+
+
 def _profile(args: argparse.Namespace) -> int:
+    usable_folder(args.out)
     if args.contender not in CONTENDERS:
         raise OrtBenchError(
             f"unknown contender {args.contender!r}: expected one of {list(CONTENDERS)}"
@@ -110,6 +154,13 @@ def _profile(args: argparse.Namespace) -> int:
         raise OrtBenchError("--batch-size and --epochs must be >= 1")
     if not 0 <= args.min_fraction < 1:
         raise OrtBenchError(f"--min-fraction must be in [0, 1), got {args.min_fraction}")
+    user = UserFiles.from_options(args)
+    if user is not None:
+        load_user_problem(user)
+        args.problem, args.dataset = user.names
+    elif args.hidden:
+        (hidden,) = parse_hidden([args.hidden])
+        args.problem = problem_name(args.problem, hidden)
     request = ProfileRequest(
         args.contender,
         args.problem,
@@ -118,6 +169,7 @@ def _profile(args: argparse.Namespace) -> int:
         args.epochs,
         args.device,
         args.min_fraction,
+        user and user.to_json(),
     )
     try:
         make_contender(
@@ -125,7 +177,7 @@ def _profile(args: argparse.Namespace) -> int:
         )
     except Unavailable as e:
         raise OrtBenchError(f"{args.contender} cannot run this cell: {e}") from None
-    folder = _new_folder(Path(args.out), run_id_now())
+    folder = create_run_folder(args.out, run_id_now())
     print(f"ortbench profile: writing {folder}", file=sys.stderr)
     profile_folder = profile(request, folder, log=lambda line: print(line, file=sys.stderr))
     index = write_index(folder)
@@ -138,6 +190,11 @@ def _report(args: argparse.Namespace) -> int:
     folder = Path(args.run_dir)
     if not folder.is_dir():
         raise OrtBenchError(f"no run folder at {folder}")
+    if not is_run_folder(folder):
+        raise OrtBenchError(
+            f"{folder} is not an ortbench run folder (no results.csv, no profile): "
+            "give a folder that ortbench bench or ortbench profile wrote"
+        )
     print(write_index(folder))
     return 0
 
@@ -147,6 +204,8 @@ def _compare(args: argparse.Namespace) -> int:
         raise OrtBenchError(f"--threshold must be > 0, got {args.threshold}")
     if not 0 <= args.warn <= args.threshold:
         raise OrtBenchError(f"--warn must be between 0 and --threshold, got {args.warn}")
+    if args.out:
+        usable_file(args.out)
     comparison = compare(
         load_result_set(args.base), load_result_set(args.head), args.threshold, args.warn
     )
@@ -158,7 +217,10 @@ def _compare(args: argparse.Namespace) -> int:
         return EXIT_NOTHING
     text = comparison_markdown(comparison)
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise OrtBenchError(f"cannot write {args.out}: {e.strerror or e}") from None
     print(text)
     return EXIT_FAILING if comparison.failing else 0
 
@@ -187,11 +249,28 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--problem", nargs="+", metavar="NAME", help=f"of {', '.join(PROBLEMS)}")
     bench.add_argument("--dataset", nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}")
     bench.add_argument("--batch-sizes", nargs="+", metavar="N")
-    bench.add_argument("--devices", nargs="+", metavar="NAME", help=f"of {', '.join(DEVICES)}")
-    bench.add_argument("--epochs", type=int, help=f"epochs per fit (default {BenchConfig.epochs})")
     bench.add_argument(
-        "--repeat", type=int, help=f"timed fits per cell (default {BenchConfig.repeat})"
+        "--devices",
+        nargs="+",
+        metavar="NAME",
+        help=f"of {', '.join(DEVICES)} (default: those this machine has)",
     )
+    bench.add_argument(
+        "--epochs",
+        type=int,
+        help="epochs of the first fit, and how many more the long timed fit runs than the "
+        f"short one (default {BenchConfig.epochs})",
+    )
+    bench.add_argument(
+        "--repeat",
+        type=int,
+        help=f"timing rounds per cell, a short and a long fit each (default {BenchConfig.repeat})",
+    )
+    bench.add_argument("--hidden", nargs="+", metavar="H1,H2", help="MLP sizes: 50,10 256,128")
+    bench.add_argument("--n-samples", type=int, metavar="N", help="rows of each data set")
+    bench.add_argument("--n-features", type=int, metavar="N", help="features of generated data")
+    bench.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
+    _add_own_model_options(bench)
     bench.add_argument("--out", default="reports", help="parent folder of the run folder")
     bench.set_defaults(func=_bench)
 
@@ -221,6 +300,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     profiling.add_argument("contender", metavar="CONTENDER", help=f"of {', '.join(CONTENDERS)}")
     profiling.add_argument("--problem", default="mlp", choices=PROBLEMS)
+    profiling.add_argument("--hidden", metavar="H1,H2", help="the MLP's hidden layers: 256,128")
     profiling.add_argument("--dataset", default="make_regression", choices=DATASETS)
     profiling.add_argument("--batch-size", type=int, default=15)
     profiling.add_argument("--epochs", type=int, default=3)
@@ -229,6 +309,7 @@ def _parser() -> argparse.ArgumentParser:
         "--min-fraction", type=float, default=0.001, help="cut call-tree nodes below this share"
     )
     profiling.add_argument("--out", default="reports", help="parent folder of the run folder")
+    _add_own_model_options(profiling)
     profiling.set_defaults(func=_profile)
 
     reporting = commands.add_parser(
@@ -262,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except OrtBenchError as e:
         print(f"ortbench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # a report that cannot be written: disk full, read-only folder
+        print(f"ortbench: error: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -21,12 +22,13 @@ SMALL = BenchConfig(
     contenders=("sklearn-mlp-sgd", "ort-full", "sklearn-sgd", "torch-sgd"),
     problems=("mlp",),
     datasets=("diabetes",),
-    batch_sizes=(16,),
+    batch_sizes=(8, 16),
     devices=("cpu", "cuda"),
     epochs=2,
     repeat=3,
     n_samples=120,
 )
+TORCH = importlib.util.find_spec("torch") is not None
 
 
 @pytest.fixture(scope="module")
@@ -34,36 +36,52 @@ def run_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("run")
     seen = []
     count = run_matrix(SMALL, ResultsWriter(folder), "test-run", lambda *a: seen.append(a[:2]))
-    assert count == 8
-    assert seen == [(k, 8) for k in range(1, 9)]
+    assert count == 16
+    assert seen == [(k, 16) for k in range(1, 17)]
     return folder
 
 
 def test_results_schema(run_folder):
     results = pd.read_csv(run_folder / RESULTS_CSV)
     assert list(results.columns) == COLUMNS
-    assert len(results) == 8
+    assert len(results) == 16
     assert (results.run_id == "test-run").all()
     ok = results[results.status == "ok"]
-    assert sorted(ok.contender) == ["ort-full", "sklearn-mlp-sgd"]
-    assert set(ok.device) == {"cpu"}
+    expected = ["ort-full", "sklearn-mlp-sgd", *(["torch-sgd"] if TORCH else [])]
+    assert sorted(ok.contender) == expected
+    assert set(ok.device) == {"cpu"} and set(ok.batch_size) == {8}
     others = results[results.status != "ok"]
     assert others.status.str.startswith("unavailable: ").all()
-    assert set(others[others.contender == "sklearn-sgd"].status) == {
+    assert set(others[(others.contender == "sklearn-sgd") & (others.batch_size == 8)].status) == {
         "unavailable: SGDRegressor trains linear regressions only"
     }
-    for column in ("seconds_per_step", "peak_memory_mb", "final_train_loss", "validation_loss"):
+    # 96 training rows hold 12 batches of 8 but only 6 of 16: no cell times padding
+    assert set(results[(results.batch_size == 16) & (results.device == "cpu")].status) == {
+        "unavailable: batch size 16 is more than an eighth of the 96 training rows of "
+        "diabetes: an epoch would not hold 8 full batches"
+    }
+    for column in (
+        "seconds_per_step",
+        "seconds_per_fit_overhead",
+        "peak_memory_mb",
+        "final_train_loss",
+        "validation_loss",
+    ):
         assert np.isfinite(ok[column]).all(), column
         assert others[column].isna().all(), column
     assert (ok.seconds_per_step_min <= ok.seconds_per_step).all()
     assert (ok.seconds_per_step <= ok.seconds_per_step_max).all()
+    assert (results.timing == "slope between 1- and 3-epoch fits").all()
     problem = make_problem("mlp", "diabetes", n_samples=120)
-    assert (results.steps == 2 * math.ceil(len(problem.data.X_train) / 16)).all()
+    assert len(problem.data.X_train) == 96
+    assert (results.steps == 2 * results.batch_size.rdiv(96).apply(math.ceil)).all()
     assert (ok.final_train_loss < ok.initial_loss).all()
     assert ok.set_index("contender").runs_per_step.to_dict() == {
         "ort-full": 2.0,
         "sklearn-mlp-sgd": pytest.approx(np.nan, nan_ok=True),
+        **({"torch-sgd": pytest.approx(np.nan, nan_ok=True)} if TORCH else {}),
     }
+    assert (results.trained_values == 10 * 50 + 50 + 50 * 10 + 10 + 10 + 1).all()
     assert (results.onnxruntime_version == "1.19.2").all()
     assert (results.cpu_threads >= 1).all()
 
@@ -75,17 +93,19 @@ def test_results_schema(run_folder):
 
     curves = pd.read_csv(run_folder / LOSS_CURVES_CSV)
     assert len(curves) == 2 * len(ok)
-    assert list(curves.epoch) == [1, 2, 1, 2]
+    assert list(curves.epoch) == [1, 2] * len(ok)
 
 
 def test_summary_and_plots(run_folder):
     text = write_summary(run_folder)
     assert (run_folder / "summary.md").read_text() == text
-    assert "## mlp on diabetes, cpu" in text
-    assert "| 16 | sklearn-mlp-sgd |" in text and "| 1.00x |" in text
-    assert "| 16 | ort-full |" in text
+    assert "## mlp (1,071 trained values) on diabetes, cpu" in text
+    assert "| 8 | sklearn-mlp-sgd |" in text and "| 1.00x |" in text
+    assert "| 8 | ort-full |" in text
+    assert "slope between 1- and 3-epoch fits" in text and "fixed cost per fit" in text
     assert "## Cells not run" in text
-    assert "unavailable: torch is not installed" in text or "torch-sgd" not in text
+    assert ("| 8 | torch-sgd |" in text) == TORCH
+    assert ("unavailable: torch is not installed" in text) == (not TORCH)
     paths = write_plots(run_folder)
     assert len(paths) == 3
     for path in paths:
@@ -96,11 +116,11 @@ def test_an_interrupted_run_keeps_its_finished_rows(tmp_path, monkeypatch, capsy
     real = matrix.run_group
     calls = []
 
-    def interrupted_in_the_second_group(group, config):
+    def interrupted_in_the_second_group(group, config, interrupted):
         calls.append(group)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(group, config)
+        return real(group, config, interrupted)
 
     monkeypatch.setattr(matrix, "run_group", interrupted_in_the_second_group)
     options = "--contenders ort-fwbw,sklearn-mlp-sgd --problem linear --dataset diabetes"
@@ -164,7 +184,7 @@ def test_bad_input_is_one_line(argv, message, capsys):
 def test_results_jsonl_tolerates_a_cut_last_line(run_folder, tmp_path):
     text = (run_folder / "results.jsonl").read_text()
     (tmp_path / "results.jsonl").write_text(text + '{"run_id": "cut')
-    assert len(read_records(tmp_path)) == 8
+    assert len(read_records(tmp_path)) == 16
     assert json.loads(text.splitlines()[0])["run_id"] == "test-run"
 
 
@@ -181,16 +201,18 @@ def test_timed_fits_of_a_group_are_interleaved(tmp_path, monkeypatch):
     from ortbench.bench.contenders.base import Contender
 
     order = []
-    real = Contender.seconds_per_step
+    real = Contender.time_fit
 
-    def recorded(self, epochs=1):
-        order.append(self.name)
+    def recorded(self, epochs):
+        order.append((self.name, epochs))
         return real(self, epochs)
 
-    monkeypatch.setattr(Contender, "seconds_per_step", recorded)
+    monkeypatch.setattr(Contender, "time_fit", recorded)
     config = BenchConfig(
         contenders=("ort-fwbw", "sklearn-mlp-sgd"), problems=("linear",),
-        datasets=("diabetes",), batch_sizes=(32,), devices=("cpu",), epochs=1, repeat=3,
+        datasets=("diabetes",), batch_sizes=(32,), devices=("cpu",), epochs=2, repeat=3,
     )  # fmt: skip
     run_matrix(config, ResultsWriter(tmp_path), "interleaved")
-    assert order == ["ort-fwbw", "sklearn-mlp-sgd"] * 3
+    short = [("ort-fwbw", 1), ("sklearn-mlp-sgd", 1)]
+    long = [("ort-fwbw", 3), ("sklearn-mlp-sgd", 3)]
+    assert order == (short + long) * 3

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
+from scipy import stats
 
+from ortbench.bench.matrix import BenchConfig
 from ortbench.bench.store import COLUMNS, ResultsWriter
 from ortbench.cli import main
 from ortbench.report.resultsets import Measurement, load_result_set
-from ortbench.report.significance import confidence_interval, is_significant
+from ortbench.report.significance import (
+    P_THRESHOLD,
+    confidence_interval,
+    is_significant,
+    rank_test_can_decide,
+    rank_test_min_p,
+)
+from ortbench.report.verdicts import IMPROVED, REGRESSED, WARNING, judge
 
 TIME = "bench_training.TimeEpoch.time_epoch"
 COUNTER = "bench_training.RuntimeCounters.track_runs_per_step"
@@ -126,14 +137,14 @@ def test_a_counter_increase_is_flagged(tmp_path):
 
 
 def test_a_counter_decrease_and_skipped_and_missing_cells(tmp_path):
-    base = {COUNTER: ("count", [2.0, math.nan], None), TIME: timings([STEADY, STEADY])}
-    head = {COUNTER: ("count", [1.0, math.nan], None)}
+    base = {COUNTER: ("count", [2.0, math.nan], None)}
+    head = {COUNTER: ("count", [1.0, math.nan], None), TIME: timings([STEADY, STEADY])}
     status, report = run_compare(tmp_path, base, head)
     assert status == 0
     line = verdict_line(report, "contender='ort-full', batch_size=15", COUNTER)
     assert line.startswith("| improved |") and line.endswith("| 2 | 1 | 0.50 |")
     assert "contender='ort-fwbw', batch_size=15 | 4" not in report  # skipped on both sides
-    assert "missing (only in BASE)" in report
+    assert "missing (only in HEAD)" in report
     assert "1 improved, 2 missing" in report
 
 
@@ -218,3 +229,235 @@ def test_real_asv_layout_is_read(tmp_path):
     full = result.measurements[(TIME, "contender='ort-full', batch_size=15")]
     assert full.unit == "seconds" and len(full.samples) == 10
     assert result.measurements[(TIME, "contender='ort-fwbw', batch_size=15")].failed
+
+
+# --- the gate at the sample counts the harness produces -------------------------------------
+
+#: Spread (sigma of the logarithm) of the per-step timing samples of one cell: the largest
+#: seen on the 2-core machine (docs/benchmarks.md, "How sure is a verdict?").
+NOISE = 0.07
+
+
+def noisy(rng, n: int, factor: float = 1.0) -> tuple[float, ...]:
+    """``n`` timings of ``factor`` ms with lognormal noise of spread NOISE."""
+    return tuple(1e-3 * factor * np.exp(rng.normal(0.0, NOISE, n)))
+
+
+def flagged_fraction(n_base: int, n_head: int, factor: float, pairs: int = 200) -> float:
+    """Fraction of ``pairs`` synthetic BASE/HEAD pairs that compare marks as a change."""
+    rng = np.random.default_rng(12345)
+    flagged = 0
+    for _ in range(pairs):
+        a, b = noisy(rng, n_base), noisy(rng, n_head, factor)
+        before = Measurement(float(np.median(a)), "seconds", a)
+        after = Measurement(float(np.median(b)), "seconds", b)
+        flagged += judge(before, after, 0.10, 0.05)[0] in (REGRESSED, WARNING, IMPROVED)
+    return flagged / pairs
+
+
+def test_the_rank_tests_smallest_p_value_is_exact():
+    # the exact two-sided p-value of fully separated samples, from scipy
+    for n_a, n_b in ((6, 6), (5, 7), (4, 9), (7, 7), (10, 10)):
+        separated = stats.mannwhitneyu(range(n_a), range(n_a, n_a + n_b), method="exact")
+        assert rank_test_min_p(n_a, n_b) == pytest.approx(separated.pvalue)
+    assert rank_test_min_p(6, 6) > P_THRESHOLD  # 0.00216: the rank test cannot decide
+    assert not rank_test_can_decide(6, 6) and not rank_test_can_decide(4, 9)
+    assert rank_test_can_decide(7, 7) and rank_test_can_decide(10, 10)
+
+
+@pytest.mark.parametrize(("n_base", "n_head"), [(6, 6), (5, 7), (4, 9), (10, 10)])
+def test_slowdowns_are_flagged_at_small_sample_counts(n_base, n_head):
+    assert flagged_fraction(n_base, n_head, 10.0) == 1.0
+    assert flagged_fraction(n_base, n_head, 2.0) >= 0.99
+    # the default repeat (10) finds a 1.3x change nearly always, 6 a side most of the time
+    if min(n_base, n_head) >= 5:
+        detected = 0.95 if n_base == n_head == BenchConfig.repeat else 0.85
+        assert flagged_fraction(n_base, n_head, 1.3) >= detected
+
+
+@pytest.mark.parametrize(("n_base", "n_head"), [(6, 6), (5, 7), (10, 10)])
+def test_a_3_percent_change_and_no_change_are_not_flagged(n_base, n_head):
+    assert flagged_fraction(n_base, n_head, 1.03) <= 0.05
+    assert flagged_fraction(n_base, n_head, 1.0) <= 0.05  # A/A: 200 pairs
+
+
+def test_a_10x_slowdown_with_6_samples_a_side_fails_the_gate(tmp_path):
+    rng = np.random.default_rng(1)
+    six = list(noisy(rng, 6))
+    base = {TIME: timings([six, six])}
+    head = {TIME: timings([[10 * s for s in six], six])}
+    status, report = run_compare(tmp_path, base, head)
+    assert status == 1
+    assert verdict_line(report, "contender='ort-full', batch_size=15").startswith(
+        "| **regressed** |"
+    )
+    assert verdict_line(report, "contender='ort-fwbw', batch_size=15").startswith("| unchanged")
+
+
+def test_improvements_are_reported_as_improved(tmp_path):
+    base = {TIME: timings([STEADY, STEADY])}
+    head = {TIME: timings([[0.5 * s for s in STEADY], [0.93 * s for s in STEADY]])}
+    status, report = run_compare(tmp_path, base, head)
+    assert status == 0
+    assert verdict_line(report, "contender='ort-full', batch_size=15").startswith("| improved |")
+    assert verdict_line(report, "contender='ort-fwbw', batch_size=15").startswith("| improved |")
+    assert "2 improved" in report and "## Benchmarks: No regression" in report
+
+
+@pytest.mark.parametrize(
+    ("base_cells", "head_cells", "status", "verdict"),
+    [
+        ([STEADY, STEADY], [STEADY, None], 1, "| **failed** (errored in HEAD)"),
+        ([STEADY, STEADY], [STEADY, math.nan], 1, "| **failed** (unavailable in HEAD)"),
+        ([STEADY, math.nan], [STEADY, None], 1, "| **failed** (errored in HEAD)"),
+        ([STEADY, None], [STEADY, None], 1, "| **failed** (errored in both)"),
+        ([STEADY, None], [STEADY, STEADY], 0, "| improved (errored in BASE only)"),
+        ([STEADY, math.nan], [STEADY, STEADY], 0, "| missing (could not run in BASE)"),
+    ],
+)
+def test_what_happened_to_a_cell_decides_the_status(
+    tmp_path, base_cells, head_cells, status, verdict
+):
+    def cells(samples):
+        values = [None if s is None else math.nan if s is math.nan else 1e-3 for s in samples]
+        return ("seconds", values, [s if isinstance(s, list) else None for s in samples])
+
+    got, report = run_compare(tmp_path, {TIME: cells(base_cells)}, {TIME: cells(head_cells)})
+    assert got == status
+    assert verdict_line(report, "contender='ort-fwbw', batch_size=15").startswith(verdict)
+
+
+def test_a_benchmark_that_vanished_or_failed_only_in_head_fails(tmp_path):
+    base = {TIME: timings([STEADY, STEADY])}
+    head = {TIME: timings([STEADY, STEADY]), COUNTER: ("count", [None, 2.0], None)}
+    status, report = run_compare(tmp_path, base, head)
+    assert status == 1
+    line = verdict_line(report, "contender='ort-full', batch_size=15", COUNTER)
+    assert line.startswith("| **failed** (errored in HEAD, absent from BASE)")
+    assert "| missing (only in HEAD)" in report  # ok only in HEAD: no failure
+    status, report = run_compare(tmp_path, head, base)
+    assert status == 1
+    line = verdict_line(report, "contender='ort-fwbw', batch_size=15", COUNTER)
+    assert line.startswith("| **failed** (absent from HEAD)")
+
+
+def test_a_pipe_in_a_cell_keeps_the_table_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(__name__ + ".PARAMS", [["'a|b'", "'ort-fwbw'"], ["15"]])
+    base = {TIME: timings([STEADY, STEADY])}
+    head = {TIME: timings([[2 * s for s in STEADY], STEADY])}
+    _, report = run_compare(tmp_path, base, head)
+    line = verdict_line(report, "contender='a\\|b', batch_size=15")
+    assert len(re.findall(r"(?<!\\)\|", line)) == 7
+
+
+def malformed_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (BASE path, what the error line says) for each kind of malformed input."""
+    good = asv_results(tmp_path / "good", "a" * 40, {TIME: timings([STEADY, STEADY])})
+    data = json.loads(good.read_text())
+    cases = {}
+
+    def result_file(name: str, text: str | bytes, benchmarks: str | None = None) -> Path:
+        path = tmp_path / name / "machine" / good.name
+        path.parent.mkdir(parents=True)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        if benchmarks is not None:
+            (tmp_path / name / "benchmarks.json").write_text(benchmarks)
+        return path
+
+    def edited(change) -> str:
+        copy = json.loads(json.dumps(data))
+        change(copy)
+        return json.dumps(copy)
+
+    row = data["results"][TIME]
+    cases["not JSON"] = result_file("text", "results: none"), "not an asv result file"
+    cases["binary"] = result_file("binary", bytes(range(256)) * 4), "not an asv result file"
+    cases["a list"] = result_file("list", "[1, 2]"), "not an asv result file"
+    cases["no results"] = (
+        result_file("keys", edited(lambda d: d.pop("results"))),
+        "no results or result_columns",
+    )
+    cases["results not an object"] = (
+        result_file("results", edited(lambda d: d.update(results=[1]))),
+        "no results or result_columns",
+    )
+    cases["a value that is a string"] = (
+        result_file("value", edited(lambda d: d["results"][TIME][0].__setitem__(0, "fast"))),
+        "expected a number, got 'fast'",
+    )
+    cases["too few values"] = (
+        result_file("short", edited(lambda d: d["results"][TIME][0].pop())),
+        "result holds 1 values for 2 parameter sets",
+    )
+    cases["samples not a list"] = (
+        result_file("samples", edited(lambda d: d["results"][TIME][-1].__setitem__(0, 3))),
+        "expected a list of samples",
+    )
+    cases["params not lists"] = (
+        result_file("params", edited(lambda d: d["results"][TIME].__setitem__(1, 3))),
+        "params is not a list of lists",
+    )
+    cases["a row that is not a list"] = (
+        result_file("row", edited(lambda d: d["results"].__setitem__(TIME, 7))),
+        "expected a list of result columns",
+    )
+    cases["benchmarks.json not JSON"] = (
+        result_file("bjson", json.dumps(data), "{"),
+        "not asv's benchmarks.json",
+    )
+    cases["benchmarks.json param_names"] = (
+        result_file("bnames", json.dumps(data), json.dumps({TIME: {"param_names": 3}})),
+        "malformed description",
+    )
+    assert row  # the good file's row is what the cases above edit
+
+    def run_folder(name: str, lines: list[str]) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "results.jsonl").write_text("".join(line + "\n" for line in lines))
+        return folder
+
+    record = {"run_id": "r", "contender": "c", "problem": "p", "dataset": "d"}
+    record |= {"batch_size": 1, "device": "cpu", "status": "ok", "seconds_per_step": 1.0}
+    cases["run: a line not JSON"] = (
+        run_folder("run1", ["{nope", json.dumps(record)]),
+        "line 1 is not JSON",
+    )
+    cases["run: a record without status"] = (
+        run_folder("run2", [json.dumps({k: v for k, v in record.items() if k != "status"})]),
+        "no status",
+    )
+    cases["run: a time that is a string"] = (
+        run_folder("run3", [json.dumps(record | {"seconds_per_step": "1 ms"})]),
+        "expected a number, got '1 ms'",
+    )
+    cases["run: samples that are not numbers"] = (
+        run_folder("run4", [json.dumps(record | {"seconds_per_step_samples": ["a"]})]),
+        "expected a number, got 'a'",
+    )
+    cases["run: a record that is a list"] = run_folder("run5", ["[1]"]), "a JSON object"
+    binary = run_folder("run6", [])
+    (binary / "results.jsonl").write_bytes(bytes(range(256)))
+    cases["run: binary"] = binary, "not a text file of JSON lines"
+    return cases
+
+
+def test_each_malformed_input_is_one_line_with_status_2(tmp_path, capsys):
+    good = asv_results(tmp_path / "head", "b" * 40, {TIME: timings([STEADY, STEADY])})
+    for name, (path, message) in malformed_inputs(tmp_path).items():
+        for argv in ([str(path), str(good)], [str(good), str(path)]):
+            assert main(["compare", *argv]) == 2, name
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and err.startswith("ortbench: error: "), (name, err)
+            assert message in err, (name, err)
+
+
+def test_an_unusable_report_path_is_refused_before_comparing(tmp_path, capsys):
+    good = asv_results(tmp_path / "r", "b" * 40, {TIME: timings([STEADY, STEADY])})
+    for out, message in (
+        (tmp_path, "it is a folder"),
+        (tmp_path / "no" / "such" / "report.md", "no folder"),
+    ):
+        assert main(["compare", str(good), str(good), "--out", str(out)]) == 2
+        err = capsys.readouterr()
+        assert err.out == "" and err.err.count("\n") == 1 and message in err.err

@@ -1,8 +1,10 @@
 """The data sets benchmarks train on: generated or shipped with scikit-learn, never downloaded.
 
-Every data set serves both tasks: a regression target (scaled to unit variance) and binary
-labels (the shipped classes, or the regression target above its median). Features are
-standardised on the training split.
+Every data set serves every task: a regression target (scaled to unit variance), binary
+labels (the shipped classes when there are two, else the target above its median) and
+multiclass labels (the shipped classes, or the target cut at its quintiles). Features are
+standardised on the training split. The generated data set takes its size from the
+caller, so that data can grow with the model.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.datasets import load_breast_cancer, load_diabetes, make_regression
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits, make_regression
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
@@ -18,72 +20,142 @@ from ..training import OrtBenchError
 
 #: Fraction of the rows held out for validation.
 VALIDATION_FRACTION = 0.2
+#: The generated data set's size when the caller does not choose one (the tutorial's).
+GENERATED_SAMPLES = 1000
+GENERATED_FEATURES = 100
+#: Classes of the multiclass labels made from a continuous target.
+QUANTILE_CLASSES = 5
+TASKS = ("regression", "binary", "multiclass")
 
 
-def _make_regression(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    # the tutorial's data set
-    return make_regression(1000, n_features=100, bias=2, random_state=seed)
+def _make_regression(n_samples: int | None, n_features: int | None, seed: int):
+    return make_regression(
+        n_samples or GENERATED_SAMPLES,
+        n_features=n_features or GENERATED_FEATURES,
+        bias=2,
+        random_state=seed,
+    )
 
 
-def _diabetes(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    return load_diabetes(return_X_y=True)
+def _shipped(loader):
+    def load(n_samples: int | None, n_features: int | None, seed: int):
+        return loader(return_X_y=True)
 
-
-def _breast_cancer(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    return load_breast_cancer(return_X_y=True)
+    return load
 
 
 _LOADERS = {
     "make_regression": _make_regression,
-    "diabetes": _diabetes,
-    "breast_cancer": _breast_cancer,
+    "diabetes": _shipped(load_diabetes),
+    "breast_cancer": _shipped(load_breast_cancer),
+    "digits": _shipped(load_digits),
 }
 #: Data sets whose shipped target is a class label.
-_CLASSIFICATION = {"breast_cancer"}
+_CLASSIFICATION = {"breast_cancer", "digits"}
+#: Data sets generated at the size asked for.
+GENERATED = {"make_regression"}
 
 DATASETS = tuple(_LOADERS)
 
 
 @dataclass(frozen=True)
 class Split:
-    """Training and validation rows, float32, read-only."""
+    """Training and validation rows, float32, read-only; sample weights when the data
+    has them (None: every row weighs 1)."""
 
     X_train: np.ndarray
     y_train: np.ndarray
     X_val: np.ndarray
     y_val: np.ndarray
+    w_train: np.ndarray | None = None
+    w_val: np.ndarray | None = None
 
 
-def load_split(name: str, task: str, n_samples: int | None = None, seed: int = 0) -> Split:
-    """Load data set ``name`` for ``task`` ('regression' or 'binary') and split it.
+def _labels(name: str, target: np.ndarray, task: str) -> np.ndarray:
+    classes = np.unique(target) if name in _CLASSIFICATION else None
+    if task == "regression":
+        return (target / target.std()).astype(np.float32)
+    if task == "binary":
+        binary = target if classes is not None and len(classes) == 2 else target > np.median(target)
+        return binary.astype(np.int64)
+    if classes is not None:
+        return np.searchsorted(classes, target).astype(np.int64)
+    cuts = np.quantile(target, np.linspace(0, 1, QUANTILE_CLASSES + 1)[1:-1])
+    return np.digitize(target, cuts).astype(np.int64)
 
-    ``n_samples`` keeps that many rows (drawn at random) before splitting: small runs for
-    tests. Regression targets are float32, binary labels int64.
+
+def split_rows(
+    X: np.ndarray, y: np.ndarray, w: np.ndarray | None, classification: bool, seed: int
+) -> Split:
+    """Hold out :data:`VALIDATION_FRACTION` of the rows (stratified for class labels)."""
+    arrays = [X, y] if w is None else [X, y, w]
+    parts = train_test_split(
+        *arrays,
+        test_size=VALIDATION_FRACTION,
+        random_state=seed,
+        stratify=y if classification else None,
+    )
+    for part in parts:
+        part.flags.writeable = False
+    X_train, X_val, y_train, y_val, *weights = parts
+    return Split(X_train, y_train, X_val, y_val, *weights)
+
+
+def load_split(
+    name: str,
+    task: str,
+    n_samples: int | None = None,
+    seed: int = 0,
+    n_features: int | None = None,
+) -> Split:
+    """Load data set ``name`` for ``task`` (one of :data:`TASKS`) and split it.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`DATASETS`.
+    task : str
+        'regression' (float32 target), 'binary' or 'multiclass' (int64 labels).
+    n_samples : int, optional
+        Rows: the generated data set makes that many; a shipped one keeps that many,
+        drawn at random (small runs for tests), or all it has when it has fewer.
+    seed : int
+        Seed of the generator, the row draw and the split.
+    n_features : int, optional
+        Features of the generated data set (shipped ones have their own).
+
+    Returns
+    -------
+    Split
+        Standardised float32 features, targets, read-only.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown data set or task, fewer than 10 rows, or ``n_features`` on a
+        shipped data set.
     """
     if name not in _LOADERS:
         raise OrtBenchError(f"unknown dataset {name!r}: expected one of {list(DATASETS)}")
-    X, target = _LOADERS[name](seed)
-    if n_samples is not None:
-        if n_samples < 10:
-            raise OrtBenchError(f"n_samples must be >= 10, got {n_samples}")
+    if task not in TASKS:
+        raise OrtBenchError(f"unknown task {task!r}: expected one of {list(TASKS)}")
+    if n_samples is not None and n_samples < 10:
+        raise OrtBenchError(f"n_samples must be >= 10, got {n_samples}")
+    if n_features is not None and name not in GENERATED:
+        raise OrtBenchError(
+            f"n_features applies to generated data sets ({', '.join(sorted(GENERATED))}), "
+            f"not {name!r}"
+        )
+    if n_features is not None and n_features < 1:
+        raise OrtBenchError(f"n_features must be >= 1, got {n_features}")
+    X, target = _LOADERS[name](n_samples, n_features, seed)
+    if n_samples is not None and n_samples < len(X):
         rows = np.random.RandomState(seed).permutation(len(X))[:n_samples]
         X, target = X[rows], target[rows]
-    if task == "binary":
-        y = target if name in _CLASSIFICATION else target > np.median(target)
-        y = y.astype(np.int64)
-    else:
-        y = (target / target.std()).astype(np.float32)
-    stratify = y if task == "binary" else None
-    X_train, X_val, y_train, y_val = train_test_split(
-        X, y, test_size=VALIDATION_FRACTION, random_state=seed, stratify=stratify
-    )
-    scaler = StandardScaler().fit(X_train)
-    arrays = [
-        scaler.transform(X_train).astype(np.float32),
-        y_train,
-        scaler.transform(X_val).astype(np.float32),
-        y_val,
-    ]
-    for array in arrays:
+    y = _labels(name, target, task)
+    split = split_rows(X, y, None, task != "regression", seed)
+    scaler = StandardScaler().fit(split.X_train)
+    X_train, X_val = (scaler.transform(X).astype(np.float32) for X in (split.X_train, split.X_val))
+    for array in (X_train, X_val):
         array.flags.writeable = False
-    return Split(*arrays)
+    return Split(X_train, split.y_train, X_val, split.y_val)

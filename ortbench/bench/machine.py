@@ -6,12 +6,14 @@ import importlib.metadata
 import os
 import platform
 import sys
+from functools import cache
 
 import numpy
 import onnx
 import onnxruntime
 import skl2onnx
 import sklearn
+from onnx import TensorProto, helper
 
 import ortbench
 
@@ -77,3 +79,36 @@ def machine() -> dict[str, object]:
         "cpu_threads": threads,
         "platform": f"{sys.platform}-{platform.machine()}",
     }
+
+
+def identity_model() -> onnx.ModelProto:
+    """A graph of one Identity node: input ``X`` (float, shape [1]) -> output ``Y`` (= X)."""
+    shape = [1]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["Y"])],
+        "identity",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, shape)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@cache
+def cuda_answers() -> bool:
+    """True when onnxruntime offers its CUDA provider and a session can run on a device."""
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        return False
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        session = onnxruntime.InferenceSession(
+            identity_model().SerializeToString(), options, providers=["CUDAExecutionProvider"]
+        )
+    except Exception:  # any failure to open a CUDA session means no usable device
+        return False
+    return "CUDAExecutionProvider" in session.get_providers()
+
+
+def available_devices() -> tuple[str, ...]:
+    """The devices this machine can train on: the CPU, and CUDA when a device answers."""
+    return ("cpu", "cuda") if cuda_answers() else ("cpu",)

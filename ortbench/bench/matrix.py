@@ -9,6 +9,7 @@ status "unavailable: <reason>", a cell that raised gets "failed: <error>": no ce
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,14 +17,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..training import OrtBenchError
-from .contenders import CONTENDERS, Unavailable, make_contender
-from .datasets import DATASETS
-from .machine import machine, versions
+from .contenders import CONTENDERS, Contender, Unavailable, make_contender
+from .contenders.base import SHORT_EPOCHS, slope
+from .datasets import GENERATED, VALIDATION_FRACTION
+from .interruption import interruptible
+from .machine import available_devices, machine, versions
 from .memory import peak_memory
-from .problems import PROBLEMS, make_problem
+from .problems import Problem, check_problems, make_problem
 from .store import MEASURED, ResultsWriter
 
 DEVICES = ("cpu", "cuda")
+#: Full batches a timed epoch holds at least: no time per step is mostly padding.
+MIN_BATCHES = 8
+#: How the time per step was measured (the ``timing`` column).
+TIMING = "slope between {short}- and {long}-epoch fits"
 
 
 @dataclass(frozen=True)
@@ -31,29 +38,35 @@ class BenchConfig:
     """What to run: the matrix's axes, epochs per fit and timing repeats."""
 
     contenders: tuple[str, ...] = tuple(CONTENDERS)
-    problems: tuple[str, ...] = PROBLEMS
+    problems: tuple[str, ...] = ("linear", "mlp", "mlp-binary")
     datasets: tuple[str, ...] = ("make_regression",)
     batch_sizes: tuple[int, ...] = (1, 15, 64, 256, 1024)
-    devices: tuple[str, ...] = DEVICES
+    devices: tuple[str, ...] = field(default_factory=available_devices)
     epochs: int = 3
-    repeat: int = 6
+    #: 10 a side lets the rank test decide (p can reach 1e-5) and finds a 1.3x change
+    #: at the spread of timings on a 2-core machine (docs/benchmarks.md)
+    repeat: int = 10
     #: rows kept from each data set (None: all); small runs for tests
     n_samples: int | None = None
+    #: features of generated data sets (None: their default)
+    n_features: int | None = None
+    #: the contender speed-ups are measured against (None: see report.summary)
+    baseline: str | None = None
 
     def check(self) -> BenchConfig:
         """Raise a one-line error for anything the matrix cannot run."""
-        for axis, known in (
-            ("contenders", CONTENDERS),
-            ("problems", PROBLEMS),
-            ("datasets", DATASETS),
-            ("devices", DEVICES),
-        ):
+        for axis, known in (("contenders", CONTENDERS), ("devices", DEVICES)):
             values = getattr(self, axis)
             if not values:
                 raise OrtBenchError(f"no {axis} to run")
             unknown = [v for v in values if v not in known]
             if unknown:
                 raise OrtBenchError(f"unknown {axis} {unknown}: expected some of {list(known)}")
+        check_problems(self.problems, self.datasets)
+        if self.baseline is not None and self.baseline not in self.contenders:
+            raise OrtBenchError(
+                f"baseline {self.baseline!r} is not among the contenders run {list(self.contenders)}"
+            )
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise OrtBenchError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
         for name in ("epochs", "repeat"):
@@ -109,81 +122,179 @@ class CellResult:
     loss_curve: list[float] = field(default_factory=list)
 
 
+class Interrupted(KeyboardInterrupt):
+    """A signal stopped a group: ``results`` holds its rows, the unfinished ones marked."""
+
+    def __init__(self, results: list[CellResult]):
+        super().__init__()
+        self.results = results
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _prepare(cell: Cell, config: BenchConfig) -> tuple[dict, object | None]:
-    """The cell's row after a first fit and its scores, and the fitted contender (None
-    when the cell is unavailable or failed: the row's status says why)."""
-    problem = make_problem(cell.problem, cell.dataset, n_samples=config.n_samples)
-    row = {
+def _problem(cell: Cell, config: BenchConfig) -> Problem:
+    """The cell's problem; a generated data set grows to hold :data:`MIN_BATCHES` full
+    batches of the cell's size in its training split."""
+    sizes = {"n_samples": config.n_samples, "n_features": config.n_features}
+    problem = make_problem(cell.problem, cell.dataset, **sizes)
+    if cell.dataset in GENERATED and len(problem.data.X_train) < MIN_BATCHES * cell.batch_size:
+        sizes["n_samples"] = math.ceil(MIN_BATCHES * cell.batch_size / (1 - VALIDATION_FRACTION))
+        problem = make_problem(cell.problem, cell.dataset, **sizes)
+    return problem
+
+
+def _row(cell: Cell, config: BenchConfig, problem: Problem) -> dict:
+    """The cell's row before anything ran."""
+    return {
         **vars(cell),
+        "trained_values": problem.trained_values,
+        "baseline": config.baseline or "",
         "epochs": config.epochs,
         "steps": config.epochs * problem.steps_per_epoch(cell.batch_size),
         "repeat": config.repeat,
+        "timing": TIMING.format(short=SHORT_EPOCHS, long=SHORT_EPOCHS + config.epochs),
         "status": "ok",
     }
+
+
+def _prepare(
+    cell: Cell, config: BenchConfig, interrupted: Callable[[], bool]
+) -> tuple[dict, Contender | None]:
+    """The cell's row after a first fit and its scores, and the fitted contender (None
+    when the cell is unavailable or failed: the row's status says why)."""
+    problem = _problem(cell, config)
+    row = _row(cell, config, problem)
+    rows = len(problem.data.X_train)
+    if rows < MIN_BATCHES * cell.batch_size:
+        reason = (
+            f"batch size {cell.batch_size} is more than an eighth of the {rows} training rows "
+            f"of {cell.dataset}: an epoch would not hold {MIN_BATCHES} full batches"
+        )
+        return {**row, "status": f"unavailable: {reason}"}, None
     try:
         contender = make_contender(cell.contender, problem, cell.batch_size, cell.device)
     except Unavailable as e:
         return {**row, "status": f"unavailable: {e}"}, None
     data = problem.data
     try:
-        row["initial_loss"] = problem.loss(data.y_train, contender.predict(data.X_train))
+        row["initial_loss"] = problem.loss(
+            data.y_train, contender.predict(data.X_train), data.w_train
+        )
         with peak_memory() as peak:
             contender.fit(config.epochs)
+        _check(interrupted)
         row["peak_memory_mb"] = peak.mb
         row["final_train_loss"] = contender.loss_curve_[-1]
         validation = contender.predict(data.X_val)
-        row["validation_loss"] = problem.loss(data.y_val, validation)
+        row["validation_loss"] = problem.loss(data.y_val, validation, data.w_val)
         row["validation_score"] = problem.score(data.y_val, validation)
     except Exception as e:  # a cell that breaks is a result, not the end of the run
         return {**row, "status": f"failed: {_first_line(e)}"}, None
     return row, contender
 
 
-def run_group(group: list[Cell], config: BenchConfig) -> list[CellResult]:
+def _check(interrupted: Callable[[], bool]) -> None:
+    """Raise KeyboardInterrupt when a signal came, even if a contender swallowed it."""
+    if interrupted():
+        raise KeyboardInterrupt
+
+
+def run_group(
+    group: list[Cell], config: BenchConfig, interrupted: Callable[[], bool] = lambda: False
+) -> list[CellResult]:
     """Run cells that differ only by contender, their timed fits interleaved.
 
-    Every contender is fitted once first; then each of the ``repeat`` rounds times one
-    fit of ``epochs`` epochs of every contender in turn. A drift of the machine's speed
-    during the group then touches every contender alike, which keeps their ratios (what
-    the matrix is read for) honest on a noisy machine. Each timed fit follows one untimed
-    epoch of the same contender, so that it times steady steps rather than the caches
-    the previous contender's fit evicted (docs/benchmarks.md).
+    Every contender is fitted once first. Then each of the ``repeat`` rounds times a short
+    fit (``SHORT_EPOCHS`` epochs) of every contender in turn, then a long fit
+    (``SHORT_EPOCHS + epochs`` epochs) of every contender in turn, all continuing from the
+    trained weights; the round's sample of a cell is the slope between its two fits
+    (:func:`~.contenders.base.slope`): its time per step without what a fit pays once,
+    which the row keeps apart as ``seconds_per_fit_overhead``. Both fits of a contender
+    start after another contender's fit, so the cache misses at a fit's start cancel out
+    too. A drift of the machine's speed during the group touches every contender alike,
+    which keeps their ratios honest on a noisy machine.
+
+    Raises
+    ------
+    Interrupted
+        When SIGINT or SIGTERM came (see :mod:`.interruption`): its results mark the
+        group's unfinished cells "interrupted".
     """
-    rows, contenders = zip(*(_prepare(cell, config) for cell in group))
-    contenders = list(contenders)  # a contender whose timed fit breaks becomes None
-    samples: list[list[float]] = [[] for _ in group]
+    rows, contenders = [], []
+    try:
+        for cell in group:
+            row, contender = _prepare(cell, config, interrupted)
+            rows.append(row)
+            contenders.append(contender)
+        durations = _timed_fits(contenders, config, rows, interrupted)
+        return [
+            _finish(row, contender, *fits, config, interrupted)
+            for row, contender, fits in zip(rows, contenders, durations)
+        ]
+    except KeyboardInterrupt:
+        results = [CellResult(row) for row in rows]
+        results += [
+            CellResult(_row(cell, config, _problem(cell, config))) for cell in group[len(rows) :]
+        ]
+        for result in results:
+            if result.row["status"] == "ok":
+                result.row["status"] = "interrupted"
+        raise Interrupted(results) from None
+
+
+def _finish(
+    row: dict,
+    contender: Contender | None,
+    shorts: list[float],
+    longs: list[float],
+    config: BenchConfig,
+    interrupted: Callable[[], bool],
+) -> CellResult:
+    """The cell's result from the durations of its short and long timed fits."""
+    if contender is None:
+        return CellResult(row)
+    steps = contender.problem.steps_per_epoch(contender.batch_size)
+    pairs = [
+        slope(s, t, SHORT_EPOCHS * steps, (SHORT_EPOCHS + config.epochs) * steps)
+        for s, t in zip(shorts, longs)
+    ]
+    times = [p[0] for p in pairs]
+    row.update(
+        seconds_per_step=float(np.median(times)),
+        seconds_per_step_min=min(times),
+        seconds_per_step_max=max(times),
+        seconds_per_fit_overhead=float(np.median([p[1] for p in pairs])),
+    )
+    counts = contender.runtime_counts()
+    _check(interrupted)
+    if counts is not None:
+        row.update(runs_per_step=counts.runs_per_step, ortvalues_per_step=counts.ortvalues_per_step)
+    return CellResult(row, times, contender.loss_curve_)
+
+
+def _timed_fits(
+    contenders: list, config: BenchConfig, rows: list[dict], interrupted: Callable[[], bool]
+) -> list[tuple[list[float], list[float]]]:
+    """The short and long fits' durations of each contender, round after round; a
+    contender whose fit breaks gets a failed status and becomes None in ``contenders``."""
+    durations = [([], []) for _ in contenders]
     for _ in range(config.repeat):
-        for k, contender in enumerate(contenders):
-            if contender is None:
-                continue
-            try:
-                contender.continue_fit(1)
-                samples[k].append(contender.seconds_per_step(config.epochs))
-            except Exception as e:
-                rows[k]["status"] = f"failed: {_first_line(e)}"
-                contenders[k] = None
-    results = []
-    for row, contender, times in zip(rows, contenders, samples):
-        if contender is None:
-            results.append(CellResult(row))
-            continue
-        row.update(
-            seconds_per_step=float(np.median(times)),
-            seconds_per_step_min=min(times),
-            seconds_per_step_max=max(times),
-        )
-        counts = contender.runtime_counts()
-        if counts is not None:
-            row.update(
-                runs_per_step=counts.runs_per_step, ortvalues_per_step=counts.ortvalues_per_step
-            )
-        results.append(CellResult(row, times, contender.loss_curve_))
-    return results
+        for which, epochs in enumerate((SHORT_EPOCHS, SHORT_EPOCHS + config.epochs)):
+            for k, contender in enumerate(contenders):
+                if contender is None:
+                    continue
+                try:
+                    seconds = contender.time_fit(epochs)
+                except Exception as e:
+                    rows[k]["status"] = f"failed: {_first_line(e)}"
+                    contenders[k] = None
+                    continue
+                _check(interrupted)
+                durations[k][which].append(seconds)
+    return durations
 
 
 def run_matrix(
@@ -193,20 +304,41 @@ def run_matrix(
     progress: Callable[[int, int, Cell, dict], None] | None = None,
 ) -> int:
     """Run every cell, group by group (see :func:`run_group`), appending each row to
-    ``writer`` as its group finishes; return the number of cells."""
+    ``writer`` as its group finishes; return the number of cells.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        On SIGINT or SIGTERM, once the interrupted group's rows are written.
+    OrtBenchError
+        When a row cannot be written (the files end on the last whole row).
+    """
     todo = cells(config.check())
     context = {"run_id": run_id, **versions(), **machine()}
     done = 0
-    for _, group in itertools.groupby(
-        todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
-    ):
-        group = list(group)
-        for cell, result in zip(group, run_group(group, config)):
-            row = {column: np.nan for column in MEASURED} | context | result.row
-            writer.append(row, result.samples, result.loss_curve)
-            done += 1
-            if progress is not None:
-                progress(done, len(todo), cell, row)
+
+    def write(cell: Cell, result: CellResult) -> None:
+        nonlocal done
+        row = {column: np.nan for column in MEASURED} | context | result.row
+        writer.append(row, result.samples, result.loss_curve)
+        done += 1
+        if progress is not None:
+            progress(done, len(todo), cell, row)
+
+    with interruptible() as signals:
+        for _, group in itertools.groupby(
+            todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
+        ):
+            group = list(group)
+            try:
+                results = run_group(group, config, signals.came)
+            except Interrupted as e:
+                results = e.results
+            with signals.deferred():  # a group's rows are written whole
+                for cell, result in zip(group, results):
+                    write(cell, result)
+            if signals.came():
+                raise KeyboardInterrupt
     return len(todo)
 
 

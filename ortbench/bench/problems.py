@@ -1,16 +1,23 @@
 """Problems: a model, a data set, a loss and the initial weights every contender starts from.
 
-The initial weights come from one scikit-learn reference model: an MLP fitted for one SGD
-epoch from a fixed seed. scikit-learn contenders start from a copy of it, onnxruntime
-contenders from its ONNX conversion, torch contenders from its weights, so on one problem
-every contender trains the same function from the same point with the same loss.
+A built-in problem's initial weights come from one scikit-learn reference model: an MLP
+fitted for one SGD epoch from a fixed seed. scikit-learn contenders start from a copy of
+it, onnxruntime contenders from its ONNX conversion, torch contenders from its weights,
+so on one problem every contender trains the same function from the same point with the
+same loss. Built-in MLP problems take their hidden layers from their name
+(``mlp-256-128``: two hidden layers of 256 and 128 units; ``mlp``: the default 50, 10).
+
+A user's own model and data become a problem through :mod:`ortbench.bench.user_model`,
+which registers it here under its file names; it has a reference only when its graph is
+an MLP scikit-learn and torch can express.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 
 import numpy as np
 import onnx
@@ -20,13 +27,15 @@ from sklearn.metrics import accuracy_score, r2_score
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from ..training import OrtBenchError
-from .datasets import Split, load_split
+from ..training.graph_tools import check_weight_names, get_initializers, rewrite_linear_nodes
+from .datasets import DATASETS, Split, load_split
 
-#: name -> (hidden layer sizes, task)
+#: name -> (default hidden layer sizes, task)
 _MODELS = {
     "linear": ((), "regression"),
     "mlp": ((50, 10), "regression"),
     "mlp-binary": ((50, 10), "binary"),
+    "mlp-multiclass": ((50, 10), "multiclass"),
 }
 PROBLEMS = tuple(_MODELS)
 
@@ -37,29 +46,57 @@ MOMENTUM = 0.9
 #: Probabilities are clipped to [EPS, 1 - EPS] in the log loss, as the engine does.
 EPS = float(np.finfo(np.float32).eps)
 
+_SIZED = re.compile(r"^(?P<base>[a-z-]+?)((?:-\d+)+)$")
+
+#: Problems made from a user's files, by (name, data set name).
+_REGISTERED: dict[tuple[str, str], Problem] = {}
+
 
 @dataclass(frozen=True, eq=False)
 class Problem:
-    """One model to train on one data set, and how to score it."""
+    """One model to train on one data set, and how to score it.
+
+    ``loss_name`` is the engine's name of the training loss ('squared_error',
+    'absolute_error' or 'log'); ``weights`` the initializers to train (None: the
+    trainers' own choice); ``reference`` the scikit-learn MLP holding the initial
+    weights, None when scikit-learn cannot express the model.
+    """
 
     name: str
     dataset: str
     task: str
-    hidden: tuple[int, ...]
     data: Split
-    reference: MLPRegressor | MLPClassifier
     onnx_model: onnx.ModelProto
     seed: int
+    reference: MLPRegressor | MLPClassifier | None = None
+    loss_name: str = "squared_error"
+    weights: tuple[str, ...] | None = None
     eta0: float = ETA0
     momentum: float = MOMENTUM
 
     @property
+    def hidden(self) -> tuple[int, ...] | None:
+        """The reference MLP's hidden layer sizes (None without a reference)."""
+        if self.reference is None:
+            return None
+        return tuple(coef.shape[1] for coef in self.reference.coefs_[:-1])
+
+    @property
     def is_linear(self) -> bool:
-        """True when the model has no hidden layer."""
-        return not self.hidden
+        """True when the model is an MLP without hidden layer."""
+        return self.hidden == ()
+
+    @cached_property
+    def trained_values(self) -> int:
+        """How many values a step trains: the sizes of the weights the trainers train."""
+        model = rewrite_linear_nodes(self.onnx_model)
+        names = check_weight_names(model, list(self.weights) if self.weights else None)
+        return int(sum(value.size for value in get_initializers(model, names).values()))
 
     def initial_weights(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Copies of the reference's layer coefficients and intercepts (scikit-learn layout)."""
+        if self.reference is None:
+            raise OrtBenchError(f"{self.name} is not an MLP: it has no layer weights")
         return (
             [c.astype(np.float32) for c in self.reference.coefs_],
             [b.astype(np.float32) for b in self.reference.intercepts_],
@@ -68,37 +105,239 @@ class Problem:
     def steps_per_epoch(self, batch_size: int) -> int:
         return -(-len(self.data.X_train) // batch_size)
 
-    def loss(self, y: np.ndarray, output: np.ndarray) -> float:
-        """The training loss of ``output`` (values, or P(class 1) for binary problems).
+    @property
+    def classes(self) -> np.ndarray:
+        """The training labels' classes, sorted (classification problems)."""
+        return np.unique(self.data.y_train)
 
-        0.5 * mean((output - y)^2) for regression (scikit-learn's MLP loss), the mean log
-        loss for binary problems.
+    def loss(self, y: np.ndarray, output: np.ndarray, sample_weight=None) -> float:
+        """The training loss of ``output``, averaged over rows (weighted by ``sample_weight``).
+
+        ``output`` holds values for regression, P(class 1) (one column) or class
+        probabilities for classification. 0.5 * squared error summed over outputs
+        (scikit-learn's MLP loss), the absolute error summed over outputs, or the log loss.
         """
-        output = np.asarray(output, dtype=np.float64).ravel()
-        if self.task == "binary":
-            p = np.clip(output, EPS, 1 - EPS)
-            return float(-np.mean(np.where(np.asarray(y) == 1, np.log(p), np.log(1 - p))))
-        return float(0.5 * np.mean((output - np.asarray(y, dtype=np.float64)) ** 2))
+        output = np.asarray(output, dtype=np.float64)
+        y = np.asarray(y)
+        if self.loss_name == "log":
+            if output.ndim == 1:
+                right = np.where(y == self.classes[-1], output, 1 - output)
+            else:
+                right = output[np.arange(len(y)), np.searchsorted(self.classes, y)]
+            per_row = -np.log(np.clip(right, EPS, 1 - EPS))
+        else:
+            diff = output.reshape(len(y), -1) - y.astype(np.float64).reshape(len(y), -1)
+            if self.loss_name == "absolute_error":
+                per_row = np.abs(diff).sum(axis=1)
+            else:
+                per_row = 0.5 * (diff**2).sum(axis=1)
+        return float(np.average(per_row, weights=sample_weight))
 
     def score(self, y: np.ndarray, output: np.ndarray) -> float:
-        """R2 for regression, accuracy for binary problems."""
-        output = np.asarray(output).ravel()
-        if self.task == "binary":
-            return float(accuracy_score(y, (output > 0.5).astype(np.int64)))
-        return float(r2_score(y, output))
+        """Accuracy for classification, R2 for regression."""
+        output = np.asarray(output)
+        if self.loss_name == "log":
+            index = (output > 0.5).astype(np.int64) if output.ndim == 1 else output.argmax(1)
+            return float(accuracy_score(y, self.classes[index]))
+        return float(r2_score(y, output.reshape(np.shape(y))))
+
+
+def problem_name(base: str, hidden: tuple[int, ...] | None) -> str:
+    """The name of built-in problem ``base`` with these hidden layers.
+
+    Parameters
+    ----------
+    base : str
+        One of :data:`PROBLEMS`.
+    hidden : tuple of int or None
+        Hidden layer sizes (None: the default).
+
+    Returns
+    -------
+    str
+        ``mlp-256-128`` for ``('mlp', (256, 128))``; ``base`` itself for its default sizes
+        and for the linear problem.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown problem.
+    """
+    if base not in _MODELS:
+        raise OrtBenchError(f"unknown problem {base!r}: expected one of {list(PROBLEMS)}")
+    if hidden is None or not _MODELS[base][0] or tuple(hidden) == _MODELS[base][0]:
+        return base
+    return "-".join([base, *map(str, hidden)])
+
+
+def sized_problems(
+    problems: tuple[str, ...], hidden: tuple[tuple[int, ...], ...]
+) -> tuple[str, ...]:
+    """Every built-in problem of ``problems`` at every size of ``hidden``.
+
+    Parameters
+    ----------
+    problems : tuple of str
+        Problem names (sized or not: their base problem is taken).
+    hidden : tuple of tuple of int
+        Hidden layer sizes.
+
+    Returns
+    -------
+    tuple of str
+        The sized names, in order, without repeats (the linear problem once).
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown problem.
+    """
+    names = [problem_name(parse_problem_name(p)[0], h) for p in problems for h in hidden]
+    return tuple(dict.fromkeys(names))
+
+
+def parse_hidden(values: list[str]) -> tuple[tuple[int, ...], ...]:
+    """Hidden layer sizes from the command line.
+
+    Parameters
+    ----------
+    values : list of str
+        One model size per value, layer sizes joined by commas: ``['50,10', '256,128']``.
+
+    Returns
+    -------
+    tuple of tuple of int
+        ``((50, 10), (256, 128))``.
+
+    Raises
+    ------
+    OrtBenchError
+        For a value that is not integers >= 1 joined by commas.
+    """
+    sizes = []
+    for value in values:
+        try:
+            size = tuple(int(v) for v in value.split(","))
+        except ValueError:
+            size = ()
+        if not size or any(v < 1 for v in size):
+            raise OrtBenchError(
+                f"--hidden {value!r}: give layer sizes as integers >= 1 joined by commas (256,128)"
+            )
+        sizes.append(size)
+    return tuple(sizes)
+
+
+def parse_problem_name(name: str) -> tuple[str, tuple[int, ...]]:
+    """The built-in problem and hidden layers a name stands for (see :func:`problem_name`).
+
+    Raises
+    ------
+    OrtBenchError
+        For a name that is neither a built-in problem nor a sized MLP problem.
+    """
+    if name in _MODELS:
+        return name, _MODELS[name][0]
+    sized = _SIZED.match(name)
+    if sized and sized["base"] in _MODELS and _MODELS[sized["base"]][0]:
+        hidden = tuple(int(v) for v in name[len(sized["base"]) + 1 :].split("-"))
+        if all(h >= 1 for h in hidden):
+            return sized["base"], hidden
+    raise OrtBenchError(
+        f"unknown problem {name!r}: expected one of {list(PROBLEMS)}, an MLP one with its "
+        "hidden layers (mlp-256-128) or a registered model file"
+    )
+
+
+def register(problem: Problem) -> Problem:
+    """Make ``make_problem(problem.name, problem.dataset)`` return ``problem``."""
+    _REGISTERED[problem.name, problem.dataset] = problem
+    return problem
+
+
+def is_registered(name: str, dataset: str) -> bool:
+    """True when (name, dataset) is a problem made from a user's files."""
+    return (name, dataset) in _REGISTERED
+
+
+def check_problems(problems: tuple[str, ...], datasets: tuple[str, ...]) -> None:
+    """Raise a one-line error unless every problem runs on every data set: built-in
+    (sized) problems on built-in data sets, or a registered problem on its own data."""
+    if not problems or not datasets:
+        raise OrtBenchError("no problems or no datasets to run")
+    for name in problems:
+        for dataset in datasets:
+            if is_registered(name, dataset):
+                continue
+            parse_problem_name(name)
+            if dataset not in DATASETS:
+                raise OrtBenchError(
+                    f"unknown datasets [{dataset!r}]: expected some of {list(DATASETS)}"
+                )
+
+
+def make_problem(
+    name: str,
+    dataset: str = "make_regression",
+    n_samples: int | None = None,
+    seed: int = 0,
+    n_features: int | None = None,
+) -> Problem:
+    """Problem ``name`` on ``dataset``: a registered user problem, or a built-in one
+    built once per process.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`PROBLEMS`, a sized MLP name (``mlp-256-128``) or a registered name.
+    dataset : str
+        A data set of :mod:`ortbench.bench.datasets` (or the registered one).
+    n_samples, n_features : int, optional
+        The data set's size (see :func:`~ortbench.bench.datasets.load_split`).
+    seed : int
+        Seed of the data and of the reference model's first epoch.
+
+    Returns
+    -------
+    Problem
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown problem or data set.
+    """
+    registered = _REGISTERED.get((name, dataset))
+    if registered is not None:
+        return registered
+    return _builtin_problem(name, dataset, n_samples, seed, n_features)
 
 
 @cache
-def make_problem(
-    name: str, dataset: str = "make_regression", n_samples: int | None = None, seed: int = 0
+def _builtin_problem(
+    name: str, dataset: str, n_samples: int | None, seed: int, n_features: int | None
 ) -> Problem:
-    """Build (once per process) problem ``name`` on ``dataset``."""
-    if name not in _MODELS:
-        raise OrtBenchError(f"unknown problem {name!r}: expected one of {list(PROBLEMS)}")
-    hidden, task = _MODELS[name]
-    data = load_split(dataset, task, n_samples=n_samples, seed=seed)
+    base, hidden = parse_problem_name(name)
+    task = _MODELS[base][1]
+    data = load_split(dataset, task, n_samples=n_samples, seed=seed, n_features=n_features)
+    if task == "multiclass" and len(np.unique(data.y_train)) == 2:
+        task = "binary"  # what scikit-learn and torch train then: one logistic output
+    model = reference_mlp(hidden, "relu", task, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(data.X_train, data.y_train)
+    options = {"zipmap": False} if task != "regression" else None
+    onx = to_onnx(model, data.X_train[:1], options=options)
+    loss = "squared_error" if task == "regression" else "log"
+    return Problem(name, dataset, task, data, onx, seed, model, loss)
+
+
+def reference_mlp(
+    hidden: tuple[int, ...], activation: str, task: str, seed: int
+) -> MLPRegressor | MLPClassifier:
+    """An unfitted scikit-learn MLP with the SGD settings every contender shares."""
     settings = dict(
         hidden_layer_sizes=hidden,
+        activation=activation,
         solver="sgd",
         learning_rate="constant",
         learning_rate_init=ETA0,
@@ -107,10 +346,4 @@ def make_problem(
         max_iter=1,
         random_state=seed,
     )
-    model = MLPClassifier(**settings) if task == "binary" else MLPRegressor(**settings)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        model.fit(data.X_train, data.y_train)
-    options = {"zipmap": False} if task == "binary" else None
-    onx = to_onnx(model, data.X_train[:1], options=options)
-    return Problem(name, dataset, task, hidden, data, model, onx, seed)
+    return MLPRegressor(**settings) if task == "regression" else MLPClassifier(**settings)

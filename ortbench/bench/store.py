@@ -7,14 +7,19 @@ A run folder holds
   (``seconds_per_step_samples``) that ``ortbench compare`` tests for significance;
 - ``loss_curves.csv``: one row per cell and epoch (the cell's keys, ``epoch``, ``loss``).
 
-Every file is appended and flushed row by row, so an interrupted run keeps what it finished.
+Every file is appended row by row, each row one whole line written by one call, so an
+interrupted run keeps what it finished. A write that fails (disk full, read-only) is
+undone back to the last whole row and raises a one-line :class:`OrtBenchError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +34,7 @@ MEASURED = [
     "seconds_per_step",
     "seconds_per_step_min",
     "seconds_per_step_max",
+    "seconds_per_fit_overhead",
     "peak_memory_mb",
     "initial_loss",
     "final_train_loss",
@@ -45,6 +51,9 @@ COLUMNS = [
     "epochs",
     "steps",
     "repeat",
+    "timing",
+    "trained_values",
+    "baseline",
     *MEASURED,
     "status",
     "python_version",
@@ -71,21 +80,113 @@ def _json_value(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
+def usable_folder(path: str | Path, option: str = "--out") -> Path:
+    """Create folder ``path`` if needed and check that files can be created in it.
+
+    Raises
+    ------
+    OrtBenchError
+        When ``path`` is a file, cannot be created or is not writable.
+    """
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OrtBenchError(f"cannot use {option} {path}: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OrtBenchError(f"cannot use {option} {path}: not writable")
+    return path
+
+
+def usable_file(path: str | Path, option: str = "--out") -> Path:
+    """Check that file ``path`` can be written (its folder exists and is writable).
+
+    Raises
+    ------
+    OrtBenchError
+        When ``path`` is a folder or its folder is missing or not writable.
+    """
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        raise OrtBenchError(f"cannot use {option} {path}: it is a folder")
+    if not parent.is_dir():
+        raise OrtBenchError(f"cannot use {option} {path}: no folder {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise OrtBenchError(f"cannot use {option} {path}: not writable")
+    return path
+
+
+def create_run_folder(root: str | Path, run_id: str) -> Path:
+    """Create a new run folder under ``root``, atomically: ``run_id``, else ``run_id-1``...
+
+    Two runs never share a folder, even when started at once; the folder's name is the run
+    id its rows carry.
+
+    Raises
+    ------
+    OrtBenchError
+        When ``root`` is unusable.
+    """
+    root = usable_folder(root)
+    for k in range(1000):
+        folder = root / (run_id if k == 0 else f"{run_id}-{k}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise OrtBenchError(f"cannot create {folder}: {e.strerror or e}") from None
+        return folder
+    raise OrtBenchError(f"{root} already holds 1000 runs named {run_id}: choose another --out")
+
+
+def is_run_folder(folder: str | Path) -> bool:
+    """True for a folder ``ortbench bench`` or ``ortbench profile`` wrote."""
+    folder = Path(folder)
+    return (folder / RESULTS_CSV).is_file() or any(
+        (p / "profile.md").is_file() for p in folder.glob("profile-*")
+    )
+
+
+def _csv_lines(columns: list[str], rows: list[dict], header: bool) -> str:
+    text = io.StringIO()
+    writer = csv.DictWriter(text, columns, lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue()
+
+
 class ResultsWriter:
-    """Appends rows to a run folder's files, flushing each one."""
+    """Appends rows to a run folder's files, each row in one write.
+
+    On a write error every file is cut back to the size it had before the row, and a
+    one-line :class:`OrtBenchError` names the file and the reason.
+    """
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
 
-    def _append_csv(self, name: str, columns: list[str], rows: list[dict]) -> None:
-        path = self.folder / name
-        new = not path.exists()
-        with open(path, "a", newline="") as f:
-            writer = csv.DictWriter(f, columns)
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
+    def _append(self, writes: list[tuple[str, str]]) -> None:
+        sizes = {}
+        try:
+            for name, text in writes:
+                path = self.folder / name
+                with open(path, "ab") as f:
+                    sizes[path] = f.tell()
+                    f.write(text.encode("utf-8"))
+                    f.flush()
+                    os.fsync(f.fileno())
+        except OSError as e:
+            for written, size in sizes.items():
+                with contextlib.suppress(OSError), open(written, "r+b") as f:
+                    f.truncate(size)
+            raise OrtBenchError(
+                f"cannot write {e.filename or path}: {e.strerror or e}; the run stopped, "
+                "its files end on the last whole row"
+            ) from None
 
     def append(self, row: dict, samples: list[float], loss_curve: list[float]) -> None:
         """Write one finished cell: its row, its timing samples and its loss curve."""
@@ -93,24 +194,45 @@ class ResultsWriter:
         if missing:
             raise ValueError(f"row lacks columns {sorted(missing)}")
         row = {c: row[c] for c in COLUMNS}
-        self._append_csv(RESULTS_CSV, COLUMNS, [row])
         record = {c: _json_value(v) for c, v in row.items()}
         record[SAMPLES] = samples
-        with open(self.folder / RESULTS_JSONL, "a") as f:
-            f.write(json.dumps(record) + "\n")
         curve = [
             {**{k: row[k] for k in KEYS}, "epoch": e + 1, "loss": v}
             for e, v in enumerate(loss_curve)
         ]
-        self._append_csv(LOSS_CURVES_CSV, [*KEYS, "epoch", "loss"], curve)
+        new = not (self.folder / RESULTS_CSV).exists()
+        self._append(
+            [
+                (RESULTS_JSONL, json.dumps(record) + "\n"),
+                (RESULTS_CSV, _csv_lines(COLUMNS, [row], new)),
+                (LOSS_CURVES_CSV, _csv_lines([*KEYS, "epoch", "loss"], curve, new)),
+            ]
+        )
 
 
 def read_results(folder: str | Path) -> pd.DataFrame:
-    """The results table of a run folder."""
+    """The results table of a run folder.
+
+    Raises
+    ------
+    OrtBenchError
+        When the folder holds no ``results.csv`` or a malformed one.
+    """
     path = Path(folder) / RESULTS_CSV
     if not path.exists():
         raise OrtBenchError(f"{folder} holds no {RESULTS_CSV}: not an ortbench bench run folder")
-    return pd.read_csv(path)
+    try:
+        results = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise OrtBenchError(f"{path} is not a results table: {reason}") from None
+    missing = [c for c in COLUMNS if c not in results.columns]
+    if missing:
+        raise OrtBenchError(f"{path} lacks the columns {', '.join(missing)}")
+    for column in ["batch_size", "epochs", "steps", "repeat", *MEASURED]:
+        if not pd.api.types.is_numeric_dtype(results[column]):
+            raise OrtBenchError(f"{path}: column {column} holds values that are not numbers")
+    return results
 
 
 def read_loss_curves(folder: str | Path) -> pd.DataFrame:
@@ -122,17 +244,27 @@ def read_loss_curves(folder: str | Path) -> pd.DataFrame:
 
 
 def read_records(folder: str | Path) -> list[dict]:
-    """The rows of a run folder as dictionaries, with their timing samples."""
+    """The rows of a run folder as dictionaries, with their timing samples.
+
+    Raises
+    ------
+    OrtBenchError
+        When the folder holds no ``results.jsonl``, or a line of it (but the last, which an
+        interruption may have cut) is not JSON.
+    """
     path = Path(folder) / RESULTS_JSONL
     if not path.exists():
         raise OrtBenchError(f"{folder} holds no {RESULTS_JSONL}: not an ortbench bench run folder")
-    with open(path) as f:
-        lines = [line for line in f if line.strip()]
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line for line in f if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise OrtBenchError(f"{path} is not a text file of JSON lines: {e}") from None
     records = []
     for k, line in enumerate(lines):
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
-            if k < len(lines) - 1:  # only the last line may be cut by an interruption
+            if k < len(lines) - 1 or line.endswith("\n"):  # only a cut last line is dropped
                 raise OrtBenchError(f"{path}: line {k + 1} is not JSON") from None
     return records

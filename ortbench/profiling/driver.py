@@ -40,6 +40,8 @@ class ProfileRequest:
     epochs: int = 3
     device: str = "cpu"
     min_fraction: float = 0.001
+    #: a user's model and data (``UserFiles.to_json``), None for a built-in problem
+    user: str | None = None
 
 
 def profile(request: ProfileRequest, out: Path, log=print) -> Path:
@@ -81,6 +83,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
         str(request.epochs),
         request.device,
         str(status),
+        *([request.user] if request.user else []),
     ]
     problem_text = pyspy.record(command, folder, status)
     status.unlink(missing_ok=True)

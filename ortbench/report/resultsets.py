@@ -56,7 +56,24 @@ class ResultSet:
 
 
 def load_result_set(path: str | Path) -> ResultSet:
-    """Read an asv result file or an ortbench bench run folder."""
+    """Read an asv result file or an ortbench bench run folder.
+
+    Parameters
+    ----------
+    path : str or Path
+        An asv result file (``<results_dir>/<machine>/<commit>-<env>.json``) or a run folder
+        of ``ortbench bench`` (holding ``results.jsonl``).
+
+    Returns
+    -------
+    ResultSet
+        Its measurements, keyed by (benchmark, parameters).
+
+    Raises
+    ------
+    OrtBenchError
+        When the path does not exist or holds anything but a well-formed result set.
+    """
     path = Path(path)
     if path.is_dir():
         if (path / RESULTS_JSONL).exists():
@@ -70,77 +87,135 @@ def load_result_set(path: str | Path) -> ResultSet:
     return _asv_file(path)
 
 
+def _number(value: object, where: str) -> float | None:
+    """``value`` as a float (None stays None); raise naming ``where`` for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OrtBenchError(f"{where}: expected a number, got {value!r:.40}")
+    return float(value)
+
+
+def _samples(value: object, where: str) -> tuple[float, ...] | None:
+    if not value:
+        return None
+    if not isinstance(value, list):
+        raise OrtBenchError(f"{where}: expected a list of samples, got {value!r:.40}")
+    samples = tuple(_number(v, where) for v in value)
+    if None in samples:
+        raise OrtBenchError(f"{where}: a sample is null")
+    return samples
+
+
 def _bench_folder(folder: Path) -> ResultSet:
     records = read_records(folder)
     measurements = {}
-    for record in records:
-        params = ", ".join(f"{k}={record[k]}" for k in KEYS)
+    for line, record in enumerate(records, 1):
+        where = f"{folder / RESULTS_JSONL} line {line}"
+        if not isinstance(record, dict):
+            raise OrtBenchError(f"{where}: expected a JSON object")
+        missing = [k for k in ("run_id", *KEYS, "status") if k not in record]
+        if missing:
+            raise OrtBenchError(f"{where}: no {', '.join(missing)}")
         status = record["status"]
+        if not isinstance(status, str):
+            raise OrtBenchError(f"{where}: status {status!r:.40} is not a string")
+        params = ", ".join(f"{k}={record[k]}" for k in KEYS)
         for name, unit in (
             ("seconds_per_step", "seconds"),
             ("runs_per_step", COUNT),
             ("ortvalues_per_step", COUNT),
         ):
             if status == "ok":
-                value = record[name]
-                value = math.nan if value is None else float(value)
+                value = _number(record.get(name), f"{where}, {name}")
+                value = math.nan if value is None else value
             else:
-                value = None if status.startswith("failed") else math.nan
-            samples = record.get(SAMPLES) if name == "seconds_per_step" else None
-            measurements[(name, params)] = Measurement(
-                value, unit, tuple(samples) if samples else None
-            )
+                value = None if status.startswith(("failed", "interrupted")) else math.nan
+            samples = None
+            if name == "seconds_per_step":
+                samples = _samples(record.get(SAMPLES), f"{where}, {SAMPLES}")
+            measurements[(name, params)] = Measurement(value, unit, samples)
     run = records[0]["run_id"] if records else folder.name
     return ResultSet(f"run {run}", measurements)
 
 
-def _column(columns: dict, name: str, n: int) -> list:
+def _column(columns: dict, name: str, n: int, where: str) -> list:
     values = columns.get(name)
-    return values if isinstance(values, list) else [values] * n
+    if not isinstance(values, list):
+        return [values] * n
+    if len(values) != n:
+        raise OrtBenchError(f"{where}: {name} holds {len(values)} values for {n} parameter sets")
+    return values
+
+
+def _read_json(path: Path, what: str) -> object:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise OrtBenchError(f"{path} is not {what}: {e}") from None
 
 
 def _asv_benchmarks(path: Path) -> dict:
     """``benchmarks.json`` of the results folder a result file sits in, or nothing."""
     candidate = path.parent.parent / "benchmarks.json"
-    if candidate.exists():
-        with open(candidate) as f:
-            return json.load(f)
-    return {}
+    if not candidate.exists():
+        return {}
+    info = _read_json(candidate, "asv's benchmarks.json")
+    if not isinstance(info, dict):
+        raise OrtBenchError(f"{candidate} is not asv's benchmarks.json (not an object)")
+    for name, described in info.items():
+        if name == "version":
+            continue
+        names = described.get("param_names", []) if isinstance(described, dict) else None
+        unit = described.get("unit") if isinstance(described, dict) else None
+        if (
+            not isinstance(names, list)
+            or not all(isinstance(n, str) for n in names)
+            or not isinstance(unit, (str, type(None)))
+        ):
+            raise OrtBenchError(f"{candidate}: malformed description of {name}")
+    return info
 
 
 def _asv_file(path: Path) -> ResultSet:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise OrtBenchError(f"{path} is not an asv result file: {e}") from None
-    if not isinstance(data, dict) or not {"results", "result_columns"} <= set(data):
+    data = _read_json(path, "an asv result file")
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("results"), dict)
+        or not isinstance(data.get("result_columns"), list)
+    ):
         raise OrtBenchError(f"{path} is not an asv result file (no results or result_columns)")
     info = _asv_benchmarks(path)
     measurements = {}
     for name, row in data["results"].items():
+        where = f"{path}, {name}"
+        if not isinstance(row, list) or len(row) > len(data["result_columns"]):
+            raise OrtBenchError(f"{where}: expected a list of result columns")
         columns = dict(zip(data["result_columns"], row))
         params = columns.get("params") or []
+        if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+            raise OrtBenchError(f"{where}: params is not a list of lists")
         combos = list(itertools.product(*params))
         n = len(combos)
         described = info.get(name, {})
         names = described.get("param_names") or [f"param{k + 1}" for k in range(len(params))]
-        results = _column(columns, "result", n)
-        samples = _column(columns, "samples", n)
-        ci_a = _column(columns, "stats_ci_99_a", n)
-        ci_b = _column(columns, "stats_ci_99_b", n)
-        repeat = _column(columns, "stats_repeat", n)
+        results = _column(columns, "result", n, where)
+        samples = _column(columns, "samples", n, where)
+        ci_a = _column(columns, "stats_ci_99_a", n, where)
+        ci_b = _column(columns, "stats_ci_99_b", n, where)
+        repeat = _column(columns, "stats_repeat", n, where)
         for k, combo in enumerate(combos):
             label = ", ".join(f"{p}={v}" for p, v in zip(names, combo))
+            low, high = _number(ci_a[k], where), _number(ci_b[k], where)
             ci = None
-            if ci_a[k] is not None and ci_b[k] is not None and repeat[k] != 1:
-                ci = (float(ci_a[k]), float(ci_b[k]))
+            if low is not None and high is not None and repeat[k] != 1:
+                ci = (low, high)
             measurements[(name, label)] = Measurement(
-                None if results[k] is None else float(results[k]),
-                described.get("unit"),
-                tuple(samples[k]) if samples[k] else None,
-                ci,
+                _number(results[k], where), described.get("unit"), _samples(samples[k], where), ci
             )
     commit = str(data.get("commit_hash", "?"))[:8]
-    machine = (data.get("params") or {}).get("machine", "?")
+    machine = (
+        data.get("params", {}).get("machine", "?") if isinstance(data.get("params"), dict) else "?"
+    )
     return ResultSet(f"commit {commit} on {machine}", measurements)

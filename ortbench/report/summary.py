@@ -1,4 +1,5 @@
-"""``summary.md``: per problem and batch size, each contender's time per step and speed-up."""
+"""``summary.md``: per data set and model size, then batch size, each contender's time per
+step and speed-up over the run's baseline."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..bench.contenders import BASELINE
+from ..bench.contenders import BASELINE, CONTENDERS
 from ..bench.store import read_results
 from .units import format_seconds
+from .verdicts import escape_cell
 
 SUMMARY_MD = "summary.md"
 
@@ -24,14 +26,32 @@ def _speedup(baseline: float, seconds: float) -> str:
     return f"{baseline / seconds:.2f}x"
 
 
+def group_baseline(rows: pd.DataFrame) -> str | None:
+    """The contender speed-ups are measured against in one group of finished cells: the
+    one the run named (``--baseline``), else scikit-learn's MLP where it ran, else the
+    first of the engine's contenders that ran; None when none of them ran."""
+    named = rows["baseline"].dropna() if "baseline" in rows else pd.Series(dtype=object)
+    named = [n for n in named.unique() if n]
+    ran = set(rows.contender)
+    candidates = [*named, BASELINE, *(c for c in CONTENDERS if c.startswith("ort-"))]
+    return next((name for name in candidates if name in ran), None)
+
+
+def _heading(problem: str, dataset: str, device: str, rows: pd.DataFrame) -> str:
+    values = rows["trained_values"].iloc[0] if "trained_values" in rows else math.nan
+    size = "" if pd.isna(values) else f" ({int(values):,} trained values)"
+    return f"## {problem}{size} on {dataset}, {device}"
+
+
 def _group_table(rows: pd.DataFrame) -> list[str]:
+    baseline_name = group_baseline(rows)
     lines = [
-        f"| batch size | contender | time per step | min - max | speed-up vs {BASELINE} "
-        "| final train loss | validation loss |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        f"| batch size | contender | time per step | min - max | fixed cost per fit "
+        f"| speed-up vs {baseline_name} | final train loss | validation loss |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for batch_size, batch in rows.groupby("batch_size", sort=True):
-        base = batch.loc[batch.contender == BASELINE, "seconds_per_step"]
+        base = batch.loc[batch.contender == baseline_name, "seconds_per_step"]
         baseline = float(base.iloc[0]) if len(base) else math.nan
         for row in batch.itertuples():
             spread = (
@@ -40,7 +60,8 @@ def _group_table(rows: pd.DataFrame) -> list[str]:
             )
             lines.append(
                 f"| {batch_size} | {row.contender} | {format_seconds(row.seconds_per_step)} "
-                f"| {spread} | {_speedup(baseline, row.seconds_per_step)} "
+                f"| {spread} | {format_seconds(row.seconds_per_fit_overhead)} "
+                f"| {_speedup(baseline, row.seconds_per_step)} "
                 f"| {_number(row.final_train_loss)} | {_number(row.validation_loss)} |"
             )
     return lines
@@ -54,11 +75,15 @@ def summary_markdown(results: pd.DataFrame) -> str:
     lines = [
         f"# ortbench bench: run {first.run_id}",
         "",
-        f"Time per training step: median over {first['repeat']} timed fits of "
-        f"{first['epochs']} epochs each, after a first fit of as many epochs that built the "
-        "model and gave the losses; the timed fits of the contenders of one batch size take "
-        "turns, each after one untimed epoch of its own. Speed-up: "
-        f"{BASELINE}'s time per step over the contender's, at the same batch size.",
+        f"Time per training step: median over {first['repeat']} rounds of the "
+        f"{first['timing']} (the time a fit pays once cancels out and is shown apart as "
+        "fixed cost per fit), after a first fit of "
+        f"{first['epochs']} epochs that built the model and gave the losses; the timed fits "
+        "of the contenders of one batch size take turns, and every timed epoch holds at "
+        "least 8 full batches. Speed-up: the baseline's time per step over the contender's, "
+        "at the same batch size (the baseline: the one the run named, else "
+        f"{BASELINE} where it ran, else the first of the engine's contenders). Sections go "
+        "by data set, device and model size (trained values).",
         "",
         f"Machine: {first.cpu_model}, {first.cpu_cores} cores, {first.cpu_threads} threads "
         f"({first.platform}). Python {first.python_version}, onnxruntime "
@@ -66,10 +91,12 @@ def summary_markdown(results: pd.DataFrame) -> str:
         f"{first.numpy_version}, torch {first.torch_version}.",
     ]
     ok = results[results.status == "ok"]
+    if "trained_values" in ok:
+        ok = ok.sort_values(["dataset", "device", "trained_values"], kind="stable")
     for (problem, dataset, device), rows in ok.groupby(
         ["problem", "dataset", "device"], sort=False
     ):
-        lines += ["", f"## {problem} on {dataset}, {device}", "", *_group_table(rows)]
+        lines += ["", _heading(problem, dataset, device, rows), "", *_group_table(rows)]
     other = results[results.status != "ok"]
     if len(other):
         lines += [
@@ -81,7 +108,7 @@ def summary_markdown(results: pd.DataFrame) -> str:
         ]
         lines += [
             f"| {r.contender} | {r.problem} | {r.dataset} | {r.batch_size} | {r.device} "
-            f"| {r.status} |"
+            f"| {escape_cell(r.status)} |"
             for r in other.itertuples()
         ]
     return "\n".join(lines) + "\n"

@@ -4,14 +4,16 @@ A change counts only when it is statistically significant (see :mod:`.significan
 beyond the threshold, as ``asv compare`` decides. Verdicts:
 
 - regressed: significantly slower (larger) by more than the threshold, or a counter grew;
-- improved: significantly faster (smaller) by more than the threshold, or a counter fell;
+- failed: errored in HEAD, or measured in BASE and errored, unavailable or absent in HEAD;
 - warning: significantly slower by more than ``warn`` but not by more than the threshold;
 - not significant: beyond the threshold but within the noise;
-- unchanged: anything else measured on both sides;
-- failed: errored on one side (or both);
-- missing: measured on one side only.
+- improved: significantly faster (smaller) by more than ``warn``, a counter fell, or
+  errored in BASE and measured in HEAD;
+- missing: measured in HEAD only, or unavailable in BASE;
+- unchanged: anything else measured on both sides.
 
-Cells skipped on both sides (setup raised NotImplementedError, "unavailable") are left out.
+Cells skipped on both sides (setup raised NotImplementedError, "unavailable"), or in the
+only side they appear in, are left out. Only regressed and failed fail a CI job.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .resultsets import Measurement, ResultSet
-from .significance import is_significant
+from .significance import P_THRESHOLD, is_significant
 from .units import format_value
 
 REGRESSED = "regressed"
@@ -69,8 +71,8 @@ class Comparison:
 
     @property
     def compared(self) -> int:
-        """How many pairs had a value, or an error, on both sides."""
-        return sum(v.verdict != MISSING for v in self.verdicts)
+        """How many pairs appear on both sides."""
+        return sum(v.before is not None and v.after is not None for v in self.verdicts)
 
 
 def _ratio(before: float, after: float) -> float:
@@ -83,11 +85,16 @@ def judge(
     before: Measurement, after: Measurement, threshold: float, warn: float
 ) -> tuple[str, float | None, str]:
     """Verdict, ratio (after / before) and a note for one pair measured on both sides."""
-    if before.failed or after.failed:
-        side = "both" if before.failed and after.failed else "HEAD" if after.failed else "BASE"
-        return FAILED, None, f"errored in {side}"
-    if before.skipped or after.skipped:
-        return MISSING, None, f"could not run in {'BASE' if before.skipped else 'HEAD'}"
+    if after.failed:
+        return FAILED, None, f"errored in {'both' if before.failed else 'HEAD'}"
+    if before.failed and after.skipped:
+        return MISSING, None, "errored in BASE, could not run in HEAD"
+    if before.failed:
+        return IMPROVED, None, "errored in BASE only"
+    if after.skipped:
+        return FAILED, None, "unavailable in HEAD"
+    if before.skipped:
+        return MISSING, None, "could not run in BASE"
     ratio = _ratio(before.value, after.value)
     if before.counter or after.counter:
         if after.value > before.value:
@@ -99,9 +106,22 @@ def judge(
         if significant is False:
             return NOT_SIGNIFICANT, ratio, "within the noise"
         return (REGRESSED if ratio > 1 else IMPROVED), ratio, note
-    if ratio > 1 + warn and significant is not False:
+    if significant is not False and ratio > 1 + warn:
         return WARNING, ratio, note
+    if significant is not False and ratio < 1 / (1 + warn):
+        return IMPROVED, ratio, note
     return UNCHANGED, ratio, ""
+
+
+def judge_one_side(before: Measurement | None, after: Measurement | None) -> tuple[str, None, str]:
+    """Verdict, no ratio, and a note for a pair present on one side only (not skipped)."""
+    if after is None:
+        if before.failed:
+            return MISSING, None, "errored in BASE, absent from HEAD"
+        return FAILED, None, "absent from HEAD"
+    if after.failed:
+        return FAILED, None, "errored in HEAD, absent from BASE"
+    return MISSING, None, "only in HEAD"
 
 
 def compare(
@@ -115,8 +135,7 @@ def compare(
             present = before or after
             if present.skipped:
                 continue
-            note = f"only in {'BASE' if after is None else 'HEAD'}"
-            verdicts.append(Verdict(*key, before, after, MISSING, None, note))
+            verdicts.append(Verdict(*key, before, after, *judge_one_side(before, after)))
             continue
         if before.skipped and after.skipped:
             continue
@@ -133,13 +152,18 @@ def _cell(m: Measurement | None) -> str:
     return format_value(m.value, m.unit)
 
 
+def escape_cell(text: str) -> str:
+    """``text`` as one markdown table cell: pipes escaped, line breaks as spaces."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def _line(v: Verdict) -> str:
     ratio = "n/a" if v.ratio is None else f"{v.ratio:.2f}"
     verdict = f"**{v.verdict}**" if v.verdict in (FAILED, REGRESSED) else v.verdict
     note = f" ({v.note})" if v.note else ""
     return (
-        f"| {verdict}{note} | `{v.benchmark}` | {v.params or '-'} | {_cell(v.before)} "
-        f"| {_cell(v.after)} | {ratio} |"
+        f"| {escape_cell(verdict + note)} | `{escape_cell(v.benchmark)}` "
+        f"| {escape_cell(v.params or '-')} | {_cell(v.before)} | {_cell(v.after)} | {ratio} |"
     )
 
 
@@ -156,10 +180,12 @@ def comparison_markdown(comparison: Comparison) -> str:
         "",
         f"{tally or 'nothing compared'}.",
         "",
-        f"A change counts when it is statistically significant (Mann-Whitney U, p < 0.002, "
-        f"on the samples where there are enough of them, else non-overlapping 99% confidence "
+        f"A change counts when it is statistically significant (p < {P_THRESHOLD}: "
+        "Mann-Whitney U where that p-value is reachable at the sample counts, else Welch's "
+        "t-test on the logarithms of the samples, else non-overlapping 99% confidence "
         f"intervals) and beyond {comparison.threshold:.0%}; warnings are significant slowdowns "
-        f"beyond {comparison.warn:.0%}. Counters regress at any increase. Ratio: HEAD / BASE.",
+        f"beyond {comparison.warn:.0%}, improvements significant speed-ups beyond "
+        f"{comparison.warn:.0%}. Counters regress at any increase. Ratio: HEAD / BASE.",
     ]
     header = [
         "| verdict | benchmark | parameters | BASE | HEAD | ratio |",

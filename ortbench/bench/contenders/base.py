@@ -11,6 +11,32 @@ import numpy as np
 from ..counters import RuntimeCounts
 from ..problems import Problem
 
+#: Epochs of the short timed fit; the long one runs ``SHORT_EPOCHS + epochs``.
+SHORT_EPOCHS = 1
+
+
+def slope(short: float, long: float, short_steps: int, long_steps: int) -> tuple[float, float]:
+    """Seconds per step and seconds per fit from the durations of a short and a long fit.
+
+    Parameters
+    ----------
+    short, long : float
+        Seconds taken by a fit of ``short_steps`` steps and by one of ``long_steps`` steps
+        (more) of the same contender.
+    short_steps, long_steps : int
+        Their numbers of training steps.
+
+    Returns
+    -------
+    seconds_per_step : float
+        ``(long - short) / (long_steps - short_steps)``: what one more step costs; what a
+        fit pays once (argument checks, set-up, warming caches) cancels out.
+    seconds_per_fit : float
+        That fixed part: ``short - short_steps * seconds_per_step``.
+    """
+    per_step = (long - short) / (long_steps - short_steps)
+    return per_step, short - short_steps * per_step
+
 
 class Unavailable(Exception):
     """A contender cannot run a cell (no CUDA, no torch, a linear-only model...)."""
@@ -62,12 +88,22 @@ class Contender(ABC):
         self.n_steps_ += epochs * self.problem.steps_per_epoch(self.batch_size)
         return self
 
-    def seconds_per_step(self, epochs: int = 1) -> float:
-        """Wall time per training step of ``continue_fit(epochs)``."""
+    def time_fit(self, epochs: int) -> float:
+        """Wall time in seconds of ``continue_fit(epochs)``, what a fit pays once included."""
         start = time.perf_counter()
         self.continue_fit(epochs)
-        elapsed = time.perf_counter() - start
-        return elapsed / (epochs * self.problem.steps_per_epoch(self.batch_size))
+        return time.perf_counter() - start
+
+    def seconds_per_step(self, epochs: int = 1) -> float:
+        """Wall time per training step, without what a fit pays once.
+
+        The slope between a fit of ``SHORT_EPOCHS`` epochs and one of ``SHORT_EPOCHS +
+        epochs`` epochs: see :func:`slope`.
+        """
+        steps = self.problem.steps_per_epoch(self.batch_size)
+        short = self.time_fit(SHORT_EPOCHS)
+        long = self.time_fit(SHORT_EPOCHS + epochs)
+        return slope(short, long, SHORT_EPOCHS * steps, (SHORT_EPOCHS + epochs) * steps)[0]
 
     def runtime_counts(self) -> RuntimeCounts | None:
         """onnxruntime calls and allocations per step, for contenders that run onnxruntime."""

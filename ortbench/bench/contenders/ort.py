@@ -13,11 +13,11 @@ from ...training import (
     FullTrainer,
     LearningRateSGD,
     LearningRateSGDNesterov,
-    NegLogLearningLoss,
     OrtBenchError,
-    SquareLearningLoss,
 )
 from ...training.base import BaseTrainer
+from ...training.graph_tools import rewrite_linear_nodes, select_outputs, training_output
+from ...training.losses import loss_from_name
 from ...training.runtime import check_device, runtime_problem
 from ..counters import RuntimeCounts, count_runtime
 from ..problems import Problem
@@ -51,30 +51,37 @@ class OrtContender(Contender):
             device=self.device,
             shuffle=self.shuffle,
             random_state=self.problem.seed,
+            weights_to_train=self.problem.weights and list(self.problem.weights),
         )
 
     def _fit(self, epochs: int) -> list[float]:
         data = self.problem.data
         self.trainer = self._trainer().set_params(max_iter=epochs)
-        self.trainer.fit(data.X_train, data.y_train)
+        self.trainer.fit(data.X_train, data.y_train, data.w_train)
         return list(self.trainer.train_losses_)
 
     def _continue(self, epochs: int) -> None:
         data = self.problem.data
-        self.trainer.set_params(warm_start=True, max_iter=epochs).fit(data.X_train, data.y_train)
+        self.trainer.set_params(warm_start=True, max_iter=epochs).fit(
+            data.X_train, data.y_train, data.w_train
+        )
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        binary = self.problem.task == "binary"
+        classifier = self.problem.loss_name == "log"
         if not hasattr(self, "trainer"):
+            model = rewrite_linear_nodes(self.problem.onnx_model)
             session = onnxruntime.InferenceSession(
-                self.problem.onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]
+                select_outputs(model, [training_output(model)]).SerializeToString(),
+                providers=["CPUExecutionProvider"],
             )
-            output = session.run(None, {session.get_inputs()[0].name: X})[1 if binary else 0]
-        elif binary:
+            output = session.run(None, {session.get_inputs()[0].name: X})[0]
+        elif classifier:
             output = self.trainer.predict_proba(X)
         else:
             output = self.trainer.predict(X)
-        return output[:, 1] if binary else np.ravel(output)
+        if classifier and output.shape[1] == 2:
+            return output[:, 1]
+        return output.ravel() if output.ndim == 2 and output.shape[1] == 1 else output
 
     def runtime_counts(self) -> RuntimeCounts:
         """Counts over one more epoch (call ``fit`` first)."""
@@ -89,9 +96,11 @@ class OrtFull(OrtContender):
     name = "ort-full"
 
     def _trainer(self) -> BaseTrainer:
-        loss = "log" if self.problem.task == "binary" else "squared_error"
         return FullTrainer(
-            self.problem.onnx_model, loss=loss, learning_rate=self._sgd(), **self._common()
+            self.problem.onnx_model,
+            loss=self.problem.loss_name,
+            learning_rate=self._sgd(),
+            **self._common(),
         )
 
 
@@ -104,10 +113,9 @@ class OrtForwardBackward(OrtContender):
         return self._sgd()
 
     def _trainer(self) -> BaseTrainer:
-        binary = self.problem.task == "binary"
         return ForwardBackwardTrainer(
             self.problem.onnx_model,
-            learning_loss=NegLogLearningLoss() if binary else SquareLearningLoss(),
+            learning_loss=loss_from_name(self.problem.loss_name),
             learning_rate=self._rate(),
             **self._common(),
         )
@@ -155,10 +163,9 @@ class OrtPortableFull(OrtContender):
         return self._sgd()
 
     def _trainer(self) -> BaseTrainer:
-        loss = "log" if self.problem.task == "binary" else "squared_error"
         return FullTrainer(
             self.problem.onnx_model,
-            loss=loss,
+            loss=self.problem.loss_name,
             learning_rate=self._rate(),
             backend="portable",
             **self._common(),

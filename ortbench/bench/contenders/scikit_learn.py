@@ -23,6 +23,23 @@ def _cpu_only(device: str) -> str | None:
     return None if device == "cpu" else "scikit-learn trains on the CPU only"
 
 
+def inexpressible(problem: Problem, library: str) -> str | None:
+    """Why ``library`` cannot train the problem's graph as the engine does, or None.
+
+    It can when the graph is a scikit-learn MLP (the problem has a reference model),
+    every weight is trained and the loss is the MLP's own: the squared error for
+    regression, the log loss for classification.
+    """
+    if problem.reference is None:
+        return f"the model is not an MLP {library} can express (MatMul, Add, activation layers)"
+    if problem.weights is not None:
+        return f"{library} trains every weight of the MLP, not a chosen subset"
+    own = "squared_error" if problem.task == "regression" else "log"
+    if problem.loss_name != own:
+        return f"{library} trains this MLP with the {own} loss, not {problem.loss_name}"
+    return None
+
+
 class SklearnMLP(Contender):
     """``MLPRegressor``/``MLPClassifier(solver='sgd')`` continuing from the reference model."""
 
@@ -31,7 +48,7 @@ class SklearnMLP(Contender):
 
     @classmethod
     def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
-        return _cpu_only(device)
+        return inexpressible(problem, "scikit-learn") or _cpu_only(device)
 
     def _fit(self, epochs: int) -> list[float]:
         problem = self.problem
@@ -54,13 +71,14 @@ class SklearnMLP(Contender):
         data = self.problem.data
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            self.model.set_params(max_iter=epochs).fit(data.X_train, data.y_train)
+            self.model.set_params(max_iter=epochs).fit(data.X_train, data.y_train, data.w_train)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         model = getattr(self, "model", self.problem.reference)
-        if self.problem.task == "binary":
-            return model.predict_proba(X)[:, 1]
-        return model.predict(X)
+        if self.problem.task == "regression":
+            return model.predict(X)
+        proba = model.predict_proba(X)
+        return proba[:, 1] if proba.shape[1] == 2 else proba
 
 
 class SklearnMLPNesterov(SklearnMLP):
@@ -82,6 +100,11 @@ class SklearnSGD(Contender):
     def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
         if not (problem.is_linear and problem.task == "regression"):
             return "SGDRegressor trains linear regressions only"
+        reason = inexpressible(problem, "SGDRegressor")
+        if reason:
+            return reason
+        if problem.data.y_train.ndim != 1:
+            return "SGDRegressor trains one output only"
         if batch_size != 1:
             return "SGDRegressor updates one sample at a time (batch size 1 only)"
         return _cpu_only(device)
@@ -105,7 +128,11 @@ class SklearnSGD(Contender):
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             self.model.fit(
-                data.X_train, data.y_train, coef_init=coefs[0].ravel(), intercept_init=intercepts[0]
+                data.X_train,
+                data.y_train,
+                coef_init=coefs[0].ravel(),
+                intercept_init=intercepts[0],
+                sample_weight=data.w_train,
             )
         self.model.set_params(verbose=0, warm_start=True)
         losses = [float(v) for v in _EPOCH_LOSS.findall(printed.getvalue())]
@@ -115,7 +142,9 @@ class SklearnSGD(Contender):
 
     def _continue(self, epochs: int) -> None:
         data = self.problem.data
-        self.model.set_params(max_iter=epochs).fit(data.X_train, data.y_train)
+        self.model.set_params(max_iter=epochs).fit(
+            data.X_train, data.y_train, sample_weight=data.w_train
+        )
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         if hasattr(self, "model"):

@@ -1,0 +1,125 @@
+"""``scaling.png``: how a step's time grows with the batch and with the model.
+
+For each data set and device, one panel per contender shows time per step against batch
+size, one line per model size; a last panel shows time per step against trained values
+(the model's size) at one batch size, one line per contender.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+from ..bench.contenders import CONTENDERS
+from ..bench.store import read_results
+from .plots import COLORS
+
+SCALING_PNG = "scaling.png"
+#: Panels per row of the figure.
+COLUMNS = 4
+
+
+def fixed_batch_size(rows: pd.DataFrame) -> int:
+    """The batch size the size panel compares at: the one most model sizes ran, the
+    largest of those."""
+    sizes = rows.groupby("batch_size").problem.nunique()
+    return int(sizes[sizes == sizes.max()].index.max())
+
+
+def _size_label(problem: str, values: float) -> str:
+    return f"{problem} ({int(values):,})"
+
+
+def _by_batch(ax, rows: pd.DataFrame, contender: str, colors: dict) -> None:
+    for (problem, values), points in rows.groupby(["problem", "trained_values"], sort=False):
+        points = points.sort_values("batch_size")
+        ax.plot(
+            points.batch_size,
+            points.seconds_per_step,
+            marker="o",
+            color=colors[problem],
+            label=_size_label(problem, values),
+        )
+    ax.set_title(contender, fontsize=9)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("seconds per step")
+
+
+def _by_size(ax, rows: pd.DataFrame, batch_size: int) -> None:
+    at = rows[rows.batch_size == batch_size]
+    for contender, points in at.groupby("contender", sort=False):
+        points = points.sort_values("trained_values")
+        ax.plot(
+            points.trained_values,
+            points.seconds_per_step,
+            marker="o",
+            label=contender,
+            color=COLORS.get(contender),
+        )
+    ax.set_title(f"all contenders at batch {batch_size}", fontsize=9)
+    ax.set_xlabel("trained values")
+    ax.set_ylabel("seconds per step")
+    ax.legend(fontsize=6)
+
+
+def write_scaling_plot(folder: str | Path) -> list[Path]:
+    """Write ``scaling.png`` into a run folder from its results.
+
+    Parameters
+    ----------
+    folder : str or Path
+        A run folder of ``ortbench bench``.
+
+    Returns
+    -------
+    list of Path
+        The plot's path, or nothing when no cell finished or the results predate the
+        ``trained_values`` column.
+    """
+    folder = Path(folder)
+    results = read_results(folder)
+    if "trained_values" not in results:
+        return []
+    # a slope can come out negative on a loaded machine: nothing to draw on a log scale
+    ok = results[(results.status == "ok") & (results.seconds_per_step > 0)]
+    if ok.empty:
+        return []
+    order = {name: k for k, name in enumerate(CONTENDERS)}
+    groups = list(ok.groupby(["dataset", "device"], sort=True))
+    layout = []  # (group key, rows, panels) with panels = contenders + the size panel
+    for key, rows in groups:
+        contenders = sorted(rows.contender.unique(), key=lambda c: order.get(c, len(order)))
+        layout.append((key, rows, contenders))
+    n_rows = sum(math.ceil((len(c) + 1) / COLUMNS) for _, _, c in layout)
+    fig = Figure(figsize=(3.4 * COLUMNS, 2.9 * n_rows + 0.4 * len(layout)), layout="constrained")
+    grid = fig.add_gridspec(n_rows, COLUMNS)
+    line = 0
+    for (dataset, device), rows, contenders in layout:
+        sizes = rows.drop_duplicates("problem").sort_values("trained_values")
+        palette = colormaps["viridis"](np.linspace(0, 0.9, max(len(sizes), 1)))
+        colors = dict(zip(sizes.problem, palette))
+        for k, contender in enumerate([*contenders, None]):
+            ax = fig.add_subplot(grid[line + k // COLUMNS, k % COLUMNS])
+            if contender is None:
+                _by_size(ax, rows, fixed_batch_size(rows))
+            else:
+                _by_batch(ax, rows[rows.contender == contender], contender, colors)
+                if k == 0:
+                    ax.legend(fontsize=6, title=f"{dataset}, {device}", title_fontsize=7)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_minor_formatter(NullFormatter())
+            if contender is not None:
+                ax.set_xticks(sorted(rows.batch_size.unique()))
+                ax.xaxis.set_major_formatter(ScalarFormatter())
+        line += math.ceil((len(contenders) + 1) / COLUMNS)
+    path = folder / SCALING_PNG
+    fig.savefig(path, dpi=90)
+    return [path]

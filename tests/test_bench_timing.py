@@ -1,0 +1,130 @@
+"""How the matrix times a step: fixed costs left out, signals obeyed even when swallowed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ortbench.bench import matrix
+from ortbench.bench.contenders.base import Contender, slope
+from ortbench.bench.matrix import BenchConfig, run_matrix
+from ortbench.bench.problems import make_problem
+from ortbench.bench.store import RESULTS_CSV, ResultsWriter, read_records
+
+#: A step of the sleeping contender, and what each of its fits pays once.
+STEP = 0.002
+SET_UP = 0.05
+
+
+class Sleeper(Contender):
+    """A contender whose steps sleep STEP seconds and whose fits sleep SET_UP first."""
+
+    name = "sleeper"
+
+    def _fit(self, epochs: int) -> list[float]:
+        self._continue(epochs)
+        return [1.0] * epochs
+
+    def _continue(self, epochs: int) -> None:
+        time.sleep(SET_UP)
+        for _ in range(epochs * self.problem.steps_per_epoch(self.batch_size)):
+            time.sleep(STEP)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.zeros(len(X))
+
+
+def test_slope_recovers_a_line():
+    # 3 ms per fit and 0.5 ms per step, fits of 10 and 40 steps
+    assert slope(3e-3 + 10 * 5e-4, 3e-3 + 40 * 5e-4, 10, 40) == pytest.approx((5e-4, 3e-3))
+
+
+def test_a_large_fixed_cost_per_fit_leaves_the_time_per_step_alone(tmp_path, monkeypatch):
+    monkeypatch.setitem(matrix.CONTENDERS, "sleeper", Sleeper)
+    config = BenchConfig(
+        contenders=("sleeper",), problems=("linear",), datasets=("diabetes",),
+        batch_sizes=(32,), devices=("cpu",), epochs=1, repeat=3,
+    )  # fmt: skip
+    run_matrix(config, ResultsWriter(tmp_path), "sleepy")
+    (row,) = read_records(tmp_path)
+    assert row["status"] == "ok"
+    steps = make_problem("linear", "diabetes").steps_per_epoch(32)
+    assert steps == 12 and row["steps"] == 12
+    # a sleep lasts at least what it asks for, and rarely much more
+    assert STEP <= row["seconds_per_step"] < 1.25 * STEP
+    assert 0.8 * SET_UP < row["seconds_per_fit_overhead"] < 1.5 * SET_UP
+    # what dividing a fit's time by its steps gives: the fixed cost spread over 12 steps
+    assert (SET_UP + steps * STEP) / steps > 3 * STEP
+
+
+def test_generated_data_grow_to_8_full_batches():
+    from ortbench.bench.matrix import Cell, _problem
+
+    for batch, rows in ((15, 800), (256, 2048), (1024, 8192)):
+        cell = Cell("ort-fwbw", "linear", "make_regression", batch, "cpu")
+        problem = _problem(cell, BenchConfig())
+        assert len(problem.data.X_train) == rows
+        assert len(problem.data.X_train) // batch >= 8
+    # the first 1,000 rows are the tutorial's data set whatever the batch size
+    small = _problem(Cell("ort-fwbw", "linear", "make_regression", 1, "cpu"), BenchConfig())
+    tutorial = make_problem("linear", "make_regression")
+    assert np.array_equal(small.data.X_train, tutorial.data.X_train)
+
+
+SCRIPT = """
+import sys
+from ortbench.bench.contenders.scikit_learn import SklearnMLP
+from ortbench.cli import main
+
+real = SklearnMLP._continue
+
+def announced(self, epochs):
+    if self.batch_size == 1:
+        print("sklearn-fitting", file=sys.stderr, flush=True)
+    real(self, epochs)
+
+SklearnMLP._continue = announced
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_a_scikit_learn_fit_stops_the_run(tmp_path, signum):
+    options = "bench --contenders sklearn-mlp-sgd --problem mlp --dataset diabetes"
+    options += " --batch-sizes 32 1 --devices cpu --epochs 2 --repeat 20"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    process = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, *options.split(), "--out", str(tmp_path)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    lines = []
+    for line in process.stderr:  # the first cell finished, the batch-1 fits started
+        lines.append(line)
+        if line.startswith("sklearn-fitting"):
+            break
+    time.sleep(0.3)  # inside scikit-learn's epoch loop, which catches KeyboardInterrupt
+    sent = time.perf_counter()
+    process.send_signal(signum)
+    lines += process.stderr.readlines()
+    status = process.wait(timeout=60)
+    assert status == 130, "".join(lines)
+    assert time.perf_counter() - sent < 10  # within one timed fit, not 20 rounds later
+    assert any("Training interrupted by user" in line for line in lines)  # it was swallowed
+    (folder,) = tmp_path.iterdir()
+    results = pd.read_csv(folder / RESULTS_CSV)
+    assert list(results.batch_size) == [32, 1]
+    assert list(results.status) == ["ok", "interrupted"]
+    assert np.isfinite(results.seconds_per_step[0]) and np.isnan(results.seconds_per_step[1])
+    assert len(read_records(folder)[0]["seconds_per_step_samples"]) == 20
+    assert "| 32 | sklearn-mlp-sgd |" in (folder / "summary.md").read_text()

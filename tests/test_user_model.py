@@ -1,0 +1,315 @@
+"""A user's own model and data through ``bench`` and ``profile``; the model-size axis; bad
+input refused in one line before any cell runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from skl2onnx import to_onnx
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import log_loss
+from sklearn.neural_network import MLPClassifier, MLPRegressor
+
+from ortbench.bench.contenders import make_contender
+from ortbench.bench.problems import make_problem, sized_problems
+from ortbench.bench.store import RESULTS_CSV
+from ortbench.bench.user_model import UserFiles, load_user_problem, mlp_layers
+from ortbench.cli import main
+from ortbench.report.scaling import fixed_batch_size, write_scaling_plot
+from ortbench.report.summary import group_baseline
+
+TORCH = importlib.util.find_spec("torch") is not None
+ENGINE = ("ort-full", "ort-fwbw", "ort-fwbw-nesterov", "ort-portable-full")
+RNG = np.random.RandomState(0)
+W1, B1 = RNG.randn(4, 6).astype(np.float32) * 0.5, RNG.randn(6).astype(np.float32) * 0.1
+W2, B2 = RNG.randn(6, 1).astype(np.float32) * 0.5, np.array([0.3], np.float32)
+
+
+def tanh_network(weights=True, input_type=TensorProto.FLOAT) -> onnx.ModelProto:
+    """A hand-built regression model, Gemm -> Tanh -> Gemm.
+
+    Input ``X`` (N, 4); output ``y`` (N, 1) = tanh(X W1 + b1) W2 + b2. Without
+    ``weights`` the graph is Tanh(X) summed over columns: nothing to train.
+    """
+    if not weights:
+        nodes = [
+            helper.make_node("Tanh", ["X"], ["t"]),
+            helper.make_node("ReduceSum", ["t", "axes"], ["y"], keepdims=1),
+        ]
+        inits = [numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    else:
+        nodes = [
+            helper.make_node("Gemm", ["X", "W1", "b1"], ["h"]),
+            helper.make_node("Tanh", ["h"], ["a"]),
+            helper.make_node("Gemm", ["a", "W2", "b2"], ["y"]),
+        ]
+        inits = [
+            numpy_helper.from_array(v, n)
+            for v, n in ((W1, "W1"), (B1, "b1"), (W2, "W2"), (B2, "b2"))
+        ]
+    graph = helper.make_graph(
+        nodes,
+        "user_model",
+        [helper.make_tensor_value_info("X", input_type, [None, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def numpy_forward(X: np.ndarray) -> np.ndarray:
+    return (np.tanh(X.astype(np.float64) @ W1 + B1) @ W2 + B2).ravel()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The hand-built model and one data set in every format."""
+    folder = tmp_path_factory.mktemp("user")
+    onnx.save(tanh_network(), folder / "model.onnx")
+    rng = np.random.RandomState(1)
+    X = rng.randn(200, 4).astype(np.float32)
+    y = 2 * numpy_forward(X) + 1 + 0.1 * rng.randn(200)  # far from the model: it learns
+    w = rng.uniform(0.5, 2, 200)
+    np.savez(folder / "data.npz", X=X, y=y, sample_weight=w)
+    np.save(folder / "X.npy", X)
+    np.save(folder / "y.npy", y)
+    table = pd.DataFrame(X, columns=["a", "b", "c", "d"]).assign(target=y, w=w)
+    table.to_csv(folder / "data.csv", index=False)
+    table.drop(columns="w").to_parquet(folder / "data.parquet")
+    return folder
+
+
+def run_bench(tmp_path, *options: str) -> pd.DataFrame:
+    argv = ["bench", "--batch-sizes", "16", "--devices", "cpu", "--epochs", "2", "--repeat", "1"]
+    assert main([*argv, *options, "--out", str(tmp_path)]) == 0
+    (folder,) = tmp_path.iterdir()
+    assert (folder / "index.html").exists()
+    return pd.read_csv(folder / RESULTS_CSV)
+
+
+def summary_of(tmp_path) -> str:
+    (folder,) = tmp_path.iterdir()
+    return (folder / "summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        ["data.npz"],
+        ["X.npy", "y.npy"],
+        ["data.csv", "--target", "target", "--sample-weight", "w"],
+        ["data.parquet", "--target", "target"],
+    ],
+)
+def test_bench_trains_a_hand_built_model(files, tmp_path, data):
+    data = [str(files / d) if "." in d else d for d in data]
+    contenders = [*ENGINE, "sklearn-mlp-sgd", "torch-sgd"]
+    results = run_bench(
+        tmp_path, "--model", str(files / "model.onnx"), "--data", *data,
+        "--contenders", *contenders,
+    )  # fmt: skip
+    assert list(results.contender) == contenders
+    assert (results.problem == "model.onnx").all()
+    assert (results.trained_values == W1.size + B1.size + W2.size + B2.size).all()
+    ok = results[results.status == "ok"]
+    assert list(ok.contender) == list(ENGINE)
+    assert (
+        results.set_index("contender")
+        .status["sklearn-mlp-sgd"]
+        .startswith("unavailable: the model is not an MLP scikit-learn can express")
+    )
+    # the starting loss is the hand-built network's, on the training rows the split kept
+    # (weighted when the data has weights): the same for every engine contender
+    X, y = np.load(files / "X.npy"), np.load(files / "y.npy")
+    weighted = "--sample-weight" in data or data[0].endswith(".npz")
+    w = np.load(files / "data.npz")["sample_weight"] if weighted else np.ones(len(X))
+    full = np.average(0.5 * (numpy_forward(X) - y) ** 2, weights=w)
+    assert np.allclose(ok.initial_loss, ok.initial_loss.iloc[0], rtol=1e-5)
+    assert ok.initial_loss.iloc[0] == pytest.approx(full, rel=0.3)
+    assert (ok.final_train_loss < ok.initial_loss).all()
+    # scikit-learn did not run: speed-ups are over the first engine contender
+    assert "| 16 | ort-full | " in summary_of(tmp_path)
+    assert "speed-up vs ort-full" in summary_of(tmp_path)
+
+
+def test_baseline_option(files, tmp_path):
+    results = run_bench(
+        tmp_path, "--model", str(files / "model.onnx"), "--data", str(files / "data.npz"),
+        "--contenders", "ort-full", "ort-fwbw", "--baseline", "ort-fwbw",
+    )  # fmt: skip
+    assert group_baseline(results) == "ort-fwbw"
+    assert group_baseline(results.assign(baseline=np.nan)) == "ort-full"
+    assert "speed-up vs ort-fwbw" in summary_of(tmp_path)
+    assert main(["bench", "--contenders", "ort-full", "--baseline", "ort-fwbw"]) == 2
+
+
+def test_the_starting_loss_is_the_models_own(files):
+    problem = load_user_problem(UserFiles(str(files / "model.onnx"), (str(files / "data.npz"),)))
+    data = problem.data
+    expected = np.average(
+        0.5 * (numpy_forward(data.X_train) - data.y_train) ** 2, weights=data.w_train
+    )
+    output = make_contender("ort-fwbw", problem, 16).predict(data.X_train)
+    assert problem.loss(data.y_train, output, data.w_train) == pytest.approx(expected, rel=1e-5)
+    assert make_problem("model.onnx", "data.npz") is problem
+
+
+def test_profile_runs_a_hand_built_model(files, tmp_path, capsys):
+    argv = ["profile", "ort-fwbw", "--model", str(files / "model.onnx")]
+    argv += ["--data", str(files / "data.csv"), "--target", "target", "--sample-weight", "w"]
+    argv += ["--epochs", "1"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "model.onnx on data.csv" in out
+    (folder,) = tmp_path.iterdir()
+    operators = pd.read_csv(folder / "profile-ort-fwbw" / "operators.csv")
+    assert operators.op_type.str.contains("Gemm").any()  # the user's layers ran
+    assert (operators.input_shapes.str.startswith("15x4")).any()  # batch 15 of 4 features
+
+
+def fitted(model, X, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return model.fit(X, y)
+
+
+def test_a_converted_scikit_learn_mlp_gets_every_contender(tmp_path):
+    X, y = (
+        make_problem("mlp", "diabetes").data.X_train,
+        make_problem("mlp", "diabetes").data.y_train,
+    )
+    mlp = fitted(
+        MLPRegressor(hidden_layer_sizes=(12, 5), activation="tanh", max_iter=1, random_state=0),
+        X,
+        y,
+    )
+    onnx.save(to_onnx(mlp, X[:1]), tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    out = tmp_path / "out"
+    contenders = ["sklearn-mlp-sgd", "torch-sgd", "ort-fwbw"]
+    results = run_bench(
+        out, "--model", str(tmp_path / "mlp.onnx"), "--data", str(tmp_path / "d.npz"),
+        "--contenders", *contenders,
+    )  # fmt: skip
+    ran = set(results[results.status == "ok"].contender)
+    assert ran == ({"sklearn-mlp-sgd", "ort-fwbw"} | ({"torch-sgd"} if TORCH else set()))
+    # every contender starts from the converted model: scikit-learn's own loss
+    problem = load_user_problem(UserFiles(str(tmp_path / "mlp.onnx"), (str(tmp_path / "d.npz"),)))
+    own = 0.5 * np.mean((mlp.predict(problem.data.X_train) - problem.data.y_train) ** 2)
+    assert np.allclose(results[results.status == "ok"].initial_loss, own, rtol=1e-4)
+
+
+def test_a_converted_classifier_trains_with_the_log_loss(tmp_path):
+    data = make_problem("mlp-multiclass", "digits", n_samples=400).data
+    X, y = data.X_train, data.y_train + 3  # labels 3..12: any integers are classes
+    mlp = fitted(MLPClassifier(hidden_layer_sizes=(16,), max_iter=1, random_state=0), X, y)
+    onnx.save(to_onnx(mlp, X[:1], options={"zipmap": False}), tmp_path / "clf.onnx")
+    np.savez(tmp_path / "digits.npz", X=X, y=y)
+    files = UserFiles(str(tmp_path / "clf.onnx"), (str(tmp_path / "digits.npz"),))
+    problem = load_user_problem(files)
+    assert (problem.task, problem.loss_name) == ("multiclass", "log")
+    own = log_loss(problem.data.y_train, mlp.predict_proba(problem.data.X_train))
+    for name in ["sklearn-mlp-sgd", "ort-fwbw", "ort-full", *(["torch-sgd"] if TORCH else [])]:
+        contender = make_contender(name, problem, 16)
+        output = contender.predict(problem.data.X_train)
+        assert problem.loss(problem.data.y_train, output) == pytest.approx(own, rel=1e-4), name
+        assert contender.fit(2).loss_curve_[-1] < own, name
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_the_layers_of_a_converted_classifier(n_classes):
+    rng = np.random.RandomState(0)
+    X = rng.randn(60, 4).astype(np.float32)
+    y = rng.randint(0, n_classes, 60)
+    mlp = fitted(MLPClassifier(hidden_layer_sizes=(5,), activation="logistic", max_iter=1), X, y)
+    coefs, intercepts, activation, out = mlp_layers(to_onnx(mlp, X[:1], options={"zipmap": False}))
+    assert activation == "logistic" and out == mlp.out_activation_
+    for found, expected in zip([*coefs, *intercepts], [*mlp.coefs_, *mlp.intercepts_]):
+        np.testing.assert_allclose(found, expected, rtol=1e-6)
+    assert mlp_layers(tanh_network()) is None  # Gemm layers: not scikit-learn's graph
+
+
+def test_model_size_axis():
+    assert sized_problems(("linear", "mlp"), ((8, 4), (16,))) == ("linear", "mlp-8-4", "mlp-16")
+    problem = make_problem("mlp-multiclass-8-4", "digits", n_samples=100)
+    assert problem.hidden == (8, 4) and problem.task == "multiclass"
+    assert problem.trained_values == 64 * 8 + 8 + 8 * 4 + 4 + 4 * 10 + 10
+    generated = make_problem("mlp-8", "make_regression", n_samples=300, n_features=7)
+    assert generated.data.X_train.shape == (240, 7)
+
+
+def test_cli_hidden_runs_every_size(tmp_path):
+    results = run_bench(
+        tmp_path, "--hidden", "8,4", "16", "--problem", "mlp", "--dataset", "make_regression",
+        "--n-samples", "120", "--n-features", "5", "--contenders", "ort-fwbw",
+    )  # fmt: skip
+    assert list(results.problem) == ["mlp-8-4", "mlp-16"]
+    assert list(results.trained_values) == [5 * 8 + 8 + 8 * 4 + 4 + 4 + 1, 5 * 16 + 16 + 16 + 1]
+    assert (results.status == "ok").all()
+    assert "## mlp-8-4 (89 trained values) on make_regression, cpu" in summary_of(tmp_path)
+    # the scaling plot of these rows with positive times (a slope on a loaded machine can
+    # come out negative, and is then left out)
+    (folder,) = tmp_path.iterdir()
+    (folder / "scaling.png").unlink(missing_ok=True)
+    timed = results.assign(seconds_per_step=results.trained_values * 1e-7)
+    timed.to_csv(folder / RESULTS_CSV, index=False)
+    (path,) = write_scaling_plot(folder)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    results.assign(seconds_per_step=-1e-6).to_csv(folder / RESULTS_CSV, index=False)
+    assert write_scaling_plot(folder) == []
+
+
+def test_the_size_panel_compares_at_the_batch_most_sizes_ran():
+    rows = pd.DataFrame(
+        {"problem": ["a", "a", "b", "b", "c"], "batch_size": [16, 256, 16, 256, 1024]}
+    )
+    assert fixed_batch_size(rows) == 256
+    assert fixed_batch_size(rows[rows.batch_size != 256]) == 16
+
+
+def bad_inputs(folder):
+    """(arguments, what the one line must say) for each kind of bad input."""
+    (folder / "text.onnx").write_text("not a model")
+    onnx.save(tanh_network(weights=False), folder / "still.onnx")
+    onnx.save(tanh_network(input_type=TensorProto.DOUBLE), folder / "double.onnx")
+    onnx.save(tanh_network(), folder / "m.onnx")
+    X = np.random.RandomState(0).randn(30, 4).astype(np.float32)
+    np.savez(folder / "wide.npz", X=np.hstack([X, X]), y=X[:, 0])
+    np.savez(folder / "nan.npz", X=np.where(X > 1.5, np.nan, X), y=X[:, 0])
+    np.savez(folder / "empty.npz", X=X[:0], y=X[:0, 0])
+    np.savez(folder / "ok.npz", X=X, y=X[:, 0])
+    pd.DataFrame(X, columns=list("abcd")).assign(t=X[:, 0]).to_csv(folder / "t.csv", index=False)
+    pd.DataFrame(X, columns=list("abcd")).assign(t=X[:, 0], s="x").to_csv(
+        folder / "text.csv", index=False
+    )
+    m, ok = str(folder / "m.onnx"), str(folder / "ok.npz")
+    return [
+        ([str(folder / "text.onnx"), ok], ["text.onnx", "not an ONNX model"]),
+        ([str(folder / "still.onnx"), ok], ["still.onnx", "nothing to train"]),
+        ([str(folder / "double.onnx"), ok], ["double.onnx", "float input"]),
+        ([m, str(folder / "wide.npz")], ["wide.npz", "8 features", "expects 4"]),
+        ([m, str(folder / "nan.npz")], ["nan.npz", "NaN"]),
+        ([m, str(folder / "empty.npz")], ["empty.npz", "empty"]),
+        ([m, str(folder / "t.csv"), "--target", "label"], ["t.csv", "no column 'label'"]),
+        ([m, str(folder / "text.csv"), "--target", "t"], ["text.csv", "not numeric"]),
+        ([m, ok, "--weights", "W9"], ["m.onnx", "unknown weight 'W9'"]),
+    ]
+
+
+@pytest.mark.parametrize("command", ["bench", "profile"])
+def test_bad_input_is_one_line_before_any_cell(tmp_path, capsys, command):
+    out = tmp_path / "out"
+    for (model, data, *options), expected in bad_inputs(tmp_path):
+        argv = [command, *(["ort-fwbw"] if command == "profile" else [])]
+        argv += ["--model", model, "--data", data, *options, "--out", str(out)]
+        assert main(argv) == 2, expected
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("ortbench: error: "), err
+        assert all(part in err for part in expected), (expected, err)
+    assert not out.exists()
