@@ -63,10 +63,14 @@ def mask_relu_gradients(model: onnx.ModelProto) -> int:
     Returns
     -------
     int
-        How many ``ReluGrad`` nodes were replaced.
+        How many ``ReluGrad`` nodes were replaced (none when onnx cannot infer the graph's
+        shapes).
     """
     graph = model.graph
-    shapes, _ = inferred_shapes(model)
+    try:
+        shapes, _ = inferred_shapes(model)
+    except onnx.shape_inference.InferenceError:
+        return 0  # an optimisation only: a graph onnx cannot infer runs as it is
     b = GraphBuilder("relu_grad", prefix="ortbench_relu_grad_")
     nodes, replaced = [], 0
     for node in graph.node:
