@@ -117,8 +117,11 @@ def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
     cell runs) or of ``--hidden``; nothing to override without them."""
     user = UserFiles.from_options(args)
     if user is not None:
-        if args.problem or args.dataset or args.hidden:
-            raise OrtBenchError("--model and --data replace --problem, --dataset and --hidden")
+        if args.problem or args.dataset or args.hidden or args.n_samples or args.n_features:
+            raise OrtBenchError(
+                "--model and --data replace --problem, --dataset, --hidden, --n-samples "
+                "and --n-features"
+            )
         problem = load_user_problem(user)
         return {"problems": (problem.name,), "datasets": (problem.dataset,)}
     if args.hidden:

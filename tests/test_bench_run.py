@@ -24,7 +24,7 @@ SMALL = BenchConfig(
     datasets=("diabetes",),
     batch_sizes=(8, 16),
     devices=("cpu", "cuda"),
-    epochs=2,
+    epochs=4,
     repeat=3,
     n_samples=120,
 )
@@ -71,10 +71,10 @@ def test_results_schema(run_folder):
         assert others[column].isna().all(), column
     assert (ok.seconds_per_step_min <= ok.seconds_per_step).all()
     assert (ok.seconds_per_step <= ok.seconds_per_step_max).all()
-    assert (results.timing == "slope between 1- and 3-epoch fits").all()
+    assert (results.timing == "slope between 1- and 5-epoch fits").all()
     problem = make_problem("mlp", "diabetes", n_samples=120)
     assert len(problem.data.X_train) == 96
-    assert (results.steps == 2 * results.batch_size.rdiv(96).apply(math.ceil)).all()
+    assert (results.steps == 4 * results.batch_size.rdiv(96).apply(math.ceil)).all()
     assert (ok.final_train_loss < ok.initial_loss).all()
     assert ok.set_index("contender").runs_per_step.to_dict() == {
         "ort-full": 2.0,
@@ -92,8 +92,8 @@ def test_results_schema(run_folder):
         assert record["validation_loss"] is None or record["status"] == "ok"
 
     curves = pd.read_csv(run_folder / LOSS_CURVES_CSV)
-    assert len(curves) == 2 * len(ok)
-    assert list(curves.epoch) == [1, 2] * len(ok)
+    assert len(curves) == 4 * len(ok)
+    assert list(curves.epoch) == [1, 2, 3, 4] * len(ok)
 
 
 def test_summary_and_plots(run_folder):
@@ -102,7 +102,7 @@ def test_summary_and_plots(run_folder):
     assert "## mlp (1,071 trained values) on diabetes, cpu" in text
     assert "| 8 | sklearn-mlp-sgd |" in text and "| 1.00x |" in text
     assert "| 8 | ort-full |" in text
-    assert "slope between 1- and 3-epoch fits" in text and "fixed cost per fit" in text
+    assert "slope between 1- and 5-epoch fits" in text and "fixed cost per fit" in text
     assert "## Cells not run" in text
     assert ("| 8 | torch-sgd |" in text) == TORCH
     assert ("unavailable: torch is not installed" in text) == (not TORCH)

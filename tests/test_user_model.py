@@ -299,6 +299,7 @@ def bad_inputs(folder):
         ([m, str(folder / "t.csv"), "--target", "label"], ["t.csv", "no column 'label'"]),
         ([m, str(folder / "text.csv"), "--target", "t"], ["text.csv", "not numeric"]),
         ([m, ok, "--weights", "W9"], ["m.onnx", "unknown weight 'W9'"]),
+        ([m, ok, "--loss", "log"], ["ok.npz", "integer class labels"]),
     ]
 
 
@@ -312,4 +313,4 @@ def test_bad_input_is_one_line_before_any_cell(tmp_path, capsys, command):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("ortbench: error: "), err
         assert all(part in err for part in expected), (expected, err)
-    assert not out.exists()
+    assert not out.exists() or not any(out.iterdir())  # no run folder
