@@ -10,8 +10,9 @@ from __future__ import annotations
 import sys
 
 from ortbench.bench.memory import memory_growth
+from ortbench.bench.problems import sized_problems
 
-from .common import ENGINE_CONTENDERS, ContenderSuite
+from .common import ENGINE_CONTENDERS, PARAM_NAMES, ContenderSuite, contender
 
 #: Epochs of the fit whose peak memory is measured, and of the fit whose loss is tracked.
 SHORT_FIT = 2
@@ -84,3 +85,34 @@ class RuntimeCounters(ContenderSuite):
         return self.counts.ortvalues_per_step
 
     track_ortvalues_per_step.unit = "count"
+
+
+#: The thread settings ``ThreadChoice`` compares, by the name asv shows.
+THREAD_SETTINGS = {"one": 1, "pool": None, "auto": "auto"}
+#: The regression MLP at the three sizes of the speed targets (docs/benchmarks.md).
+THREAD_PROBLEMS = list(sized_problems(("mlp",), ((50, 10), (256, 128), (512, 256))))
+THREAD_PARAM_NAMES = [*PARAM_NAMES[:3], "threads"]
+THREAD_PARAMS = [
+    ["ort-full", "ort-fwbw"],
+    THREAD_PROBLEMS,
+    [1, 16, 256, 1024],
+    list(THREAD_SETTINGS),
+]
+
+
+class ThreadChoice:
+    """One more epoch of the engine's trainers on one intra-op thread, on onnxruntime's
+    pool (every core, not spinning) and with ``'auto'``, on the regression MLP at three
+    sizes: what ``intra_op_threads='auto'`` should pick at each size (CPU only)."""
+
+    params = THREAD_PARAMS
+    param_names = THREAD_PARAM_NAMES
+    timeout = 300
+
+    def setup(self, name, problem, batch_size, threads):
+        self.contender = contender(name, problem, batch_size, "cpu")
+        self.contender.intra_op_threads = THREAD_SETTINGS[threads]
+        self.contender.fit(1)
+
+    def time_epoch(self, name, problem, batch_size, threads):
+        self.contender.continue_fit(1)

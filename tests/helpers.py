@@ -18,10 +18,17 @@ def fitted_mlp(X, y, hidden=(6, 4), **kwargs) -> MLPRegressor:
         return MLPRegressor(**params).fit(X, y)
 
 
-def sklearn_epoch(X, y, momentum):
+def sklearn_epoch(X, y, momentum, hidden=(6, 4)):
     """Initial weights, then MLPRegressor's weights after one more epoch of SGD."""
     reference = fitted_mlp(
-        X, y, learning_rate_init=0.01, momentum=momentum, alpha=0.0, shuffle=False, batch_size=16
+        X,
+        y,
+        hidden=hidden,
+        learning_rate_init=0.01,
+        momentum=momentum,
+        alpha=0.0,
+        shuffle=False,
+        batch_size=16,
     )
     onx = to_onnx(reference, X[:1])
     start = [c.copy() for c in reference.coefs_] + [b.copy() for b in reference.intercepts_]

@@ -258,3 +258,14 @@ def test_engine_fits_do_not_grow_with_epochs(name):
     growth = MemoryGrowth(**json.loads(done.stdout.splitlines()[-1]))
     assert growth.first_epoch_mb > 1, growth  # the first epoch built the sessions
     assert growth.ratio <= 1.05, growth  # measured 1.003 at most; the issue's bound is 1.2
+
+
+@pytest.mark.parametrize("threads", [1, None])
+def test_engine_contenders_pass_their_thread_setting_to_the_trainer(threads):
+    """The ThreadChoice asv suite compares thread settings through this attribute."""
+    if (reason := CONTENDERS["ort-fwbw"].unavailable(make_problem("mlp"), 16, "cpu")) is not None:
+        pytest.skip(reason)
+    contender = make_contender("ort-fwbw", make_problem("mlp"), 16, "cpu")
+    contender.intra_op_threads = threads
+    contender.fit(1)
+    assert contender.trainer._sessions.threads == threads

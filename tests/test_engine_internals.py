@@ -8,7 +8,10 @@ test_trainers.py (the automatic thread count).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from helpers import fitted_mlp
+from skl2onnx import to_onnx
 
 from ortbench.training import (
     ElasticLearningPenalty,
@@ -72,3 +75,19 @@ def test_auto_threads_follow_the_work_of_a_step(trainer, mlp_onnx):
     assert threads(ONE_THREAD_WORK // values + 1) is None
     assert threads(1024, intra_op_threads=2) == 2
     assert threads(1, intra_op_threads=None) is None
+
+
+@pytest.mark.parametrize(
+    ("trainer", "graph_name"),
+    [(FullTrainer, "training_model"), (ForwardBackwardTrainer, "training")],
+)
+def test_only_large_relu_gradients_become_mask_products(trainer, graph_name, regression):
+    """Hidden layers of 300 and 4 at batch 16: 4,800 values take the mask product, 64 keep
+    onnxruntime's ReluGrad (MASK_FROM is 4,096)."""
+    X, y = regression
+    onx = to_onnx(fitted_mlp(X, y, hidden=(300, 4)), X[:1])
+    model = trainer(onx, learning_rate=LearningRateSGD(0.01), batch_size=16, max_iter=1)
+    graph = onnx.load_model_from_string(model.fit(X, y)._steps.graphs[graph_name]).graph
+    ops = [node.op_type for node in graph.node]
+    assert ops.count("ReluGrad") == 1
+    assert ops.count("Greater") == 1

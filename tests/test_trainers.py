@@ -104,6 +104,25 @@ def test_one_epoch_follows_scikit_learn(trainer, learning_rate, momentum, regres
 @pytest.mark.parametrize(
     "backend", [pytest.param("ort-training", marks=pytest.mark.training_build), "portable"]
 )
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_wide_relu_layer_follows_scikit_learn(trainer, backend, regression):
+    """A Relu of 16 x 300 values takes its gradient as a mask product (see relu_gradient),
+    the narrow one after it keeps the one-node form: the epoch is still scikit-learn's."""
+    X, y = regression
+    onx, start, end = sklearn_epoch(X, y, 0.0, hidden=(300, 4))
+    model = trainer(onx, learning_rate=sgd(0.01), batch_size=16, max_iter=1, shuffle=False)
+    state = model.set_params(backend=backend).fit(X, y).get_state()
+    for name, w0, w1 in zip(ortbench_names(3), start, end):
+        expected = w1 - w0
+        got = state[name] - w0.reshape(state[name].shape)
+        np.testing.assert_allclose(
+            got.ravel(), expected.ravel(), rtol=1e-5, atol=1e-5 * np.abs(expected).max()
+        )
+
+
+@pytest.mark.parametrize(
+    "backend", [pytest.param("ort-training", marks=pytest.mark.training_build), "portable"]
+)
 @pytest.mark.parametrize("nesterov", [True, False], ids=["nesterov", "classical"])
 def test_momentum_with_invscaling_follows_scikit_learn_over_epochs(nesterov, backend, regression):
     """Three epochs of momentum whose rate changes every epoch, against MLPRegressor."""

@@ -44,9 +44,9 @@ from .steps import Steps
 
 #: Steps below this much work (batch size x trained values, about the multiply-adds of a
 #: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``: handing
-#: kernels to a pool that does not spin costs more than it saves (measured in
-#: ``benchmarks/README.md``); the pool is kept above this for machines with more cores.
-ONE_THREAD_WORK = 2**24
+#: kernels to a pool that does not spin costs more than it saves below it, and the pool
+#: wins above it (measured on 2 cores, ``benchmarks/README.md``).
+ONE_THREAD_WORK = 2**23
 
 
 #: numpydoc entries both trainers share, put into their docstrings by

@@ -23,6 +23,7 @@ from .graph_tools import (
     weights_as_inputs,
 )
 from .portable import vjp_graph
+from .relu_gradient import mask_relu_gradients
 from .runtime import check_training_build, first_line, quiet_logs, runtime_problem, session_options
 
 BACKENDS = ("ort-training", "portable")
@@ -231,6 +232,7 @@ def build_training_graph(
 
     The weights become graph inputs: the trainer owns them as OrtValues and feeds them.
     ``inputs`` names the inputs whose gradient the graph also computes (none by default).
+    Large ``ReluGrad`` nodes become mask products (:mod:`ortbench.training.relu_gradient`).
     """
     check_training_build()
     model = weights_as_inputs(onx, weights)
@@ -249,10 +251,11 @@ def build_training_graph(
             f"onnxruntime cannot differentiate this model: {first_line(e)}"
         ) from None
     info = builder.get_graph_info()
-    gradient_model = builder.get_gradient_model()
-    feeds = [i.name for i in onnx.load_model_from_string(gradient_model).graph.input]
+    gradient_model = onnx.load_model_from_string(builder.get_gradient_model())
+    mask_relu_gradients(gradient_model)
+    feeds = [i.name for i in gradient_model.graph.input]
     return TrainingGraph(
-        model=gradient_model,
+        model=gradient_model.SerializeToString(),
         feed_names=feeds,
         n_forward_outputs=len(info.user_output_names) + len(info.frontier_node_arg_map),
         grad_names=list(info.initializer_grad_names_to_train),

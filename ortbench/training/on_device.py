@@ -23,6 +23,7 @@ from . import capi
 from .data import Batch, BatchLoader
 from .errors import OrtBenchError
 from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
+from .relu_gradient import mask_relu_gradients
 from .runtime import SessionMaker, cpu_scalar, first_line, native_stderr_silenced, training_module
 
 
@@ -101,6 +102,9 @@ class OnDeviceSteps:
                 ) from None
             training_path = os.path.join(folder, "training_model.onnx")
             always_overwrite_gradients(training_path)
+            training = onnx.load(training_path)
+            if mask_relu_gradients(training):
+                onnx.save(training, training_path)
             for name in ("training_model", "eval_model", "optimizer_model"):
                 with open(os.path.join(folder, f"{name}.onnx"), "rb") as f:
                     self.graphs[name] = f.read()

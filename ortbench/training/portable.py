@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import FLOAT_TYPES, inferred_shapes, node_attributes
+from .relu_gradient import is_large, masked_gradient
 
 
 class _Context:
@@ -154,6 +155,8 @@ def _gemm(ctx, node, g):
 
 
 def _relu(ctx, node, g):
+    if is_large(ctx.shapes.get(node.output[0])):
+        return [masked_gradient(ctx.b, node.input[0], g[0])]
     positive = ctx.b.op("Greater", node.input[0], ctx.b.const(0.0))
     return [_zeros_like_where(ctx, positive, g[0], True)]
 

@@ -28,6 +28,9 @@ from .base import Contender
 class OrtContender(Contender):
     """A contender that trains the problem's ONNX model with one of the engine's trainers."""
 
+    #: The trainers' ``intra_op_threads`` (the ``ThreadChoice`` asv suite sets others).
+    intra_op_threads: str | int | None = "auto"
+
     @abstractmethod
     def _trainer(self) -> BaseTrainer:
         """A new, unfitted trainer for this cell."""
@@ -55,6 +58,7 @@ class OrtContender(Contender):
             shuffle=self.shuffle,
             random_state=self.problem.seed,
             weights_to_train=self.problem.weights and list(self.problem.weights),
+            intra_op_threads=self.intra_op_threads,
         )
 
     def _fit(self, epochs: int) -> list[float]:
