@@ -15,6 +15,7 @@ from xml.etree import ElementTree
 import numpy as np
 import pytest
 
+from ortbench.bench.matrix import QUICK
 from ortbench.cli import main
 from ortbench.profiling import ort_profile, pyspy
 from ortbench.profiling.calltree import CallTree, profile_call, short_path
@@ -420,9 +421,11 @@ def test_report_of_a_bench_run(tmp_path, capsys):
     assert main(["bench", "--quick", "--repeat", "2", "--epochs", "1", "--out", str(tmp_path)]) == 0
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     progress = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[ortbench bench]")]
-    assert len(progress) == 8 and "\r" not in "".join(progress)  # one line per cell
+    cells = len(QUICK.contenders) * len(QUICK.batch_sizes)
+    assert len(progress) == cells and "\r" not in "".join(progress)  # one line per cell
     assert all(re.search(r"s left\)$", x) for x in progress[:-1]), progress
-    assert progress[-1].startswith("[ortbench bench] cell 8/8 ort-fwbw-nesterov mlp/")
+    last = f"[ortbench bench] cell {cells}/{cells} {QUICK.contenders[-1]} mlp/"
+    assert progress[-1].startswith(last)
     (run / "index.html").unlink()
     assert main(["report", str(run)]) == 0
     parser = _Links()
