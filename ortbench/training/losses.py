@@ -59,9 +59,7 @@ class BaseLearningLoss(BaseEstimator):
         OrtBenchError
             For an unknown name, or parameters the class does not take.
         """
-        if isinstance(loss, BaseLearningLoss):
-            return loss
-        return select_named(loss, LOSS_NAMES, SquareLearningLoss, "loss", kwargs)
+        return select_named(loss, BaseLearningLoss, LOSS_NAMES, SquareLearningLoss, kwargs)
 
     def check(self) -> None:
         """Raise a one-line error for invalid hyper-parameters (none here)."""
@@ -346,9 +344,12 @@ def loss_from_name(score_name, l1_weight: float = 0.5, l2_weight: float = 0.5):
     return loss
 
 
-def select_named(name, names: dict, default, what: str, kwargs: dict):
-    """The instance of the class ``name`` designates in ``names`` (a class name also works);
-    ``default`` for None."""
+def select_named(name, base: type, names: dict, default, kwargs: dict):
+    """``name`` itself when it is an instance of ``base``; else the instance of the class
+    ``name`` designates in ``names`` (a class name also works), ``default`` for None."""
+    if isinstance(name, base):
+        return name
+    what = base.__name__.removeprefix("BaseLearning").lower()  # loss, penalty
     klass = default if name is None else None
     for candidate, aliases in names.items():
         if name in aliases or name == candidate.__name__:

@@ -39,9 +39,7 @@ class BaseLearningPenalty(BaseEstimator):
         OrtBenchError
             For an unknown name, or parameters the class does not take.
         """
-        if isinstance(penalty, BaseLearningPenalty):
-            return penalty
-        return select_named(penalty, PENALTY_NAMES, NoLearningPenalty, "penalty", kwargs)
+        return select_named(penalty, BaseLearningPenalty, PENALTY_NAMES, NoLearningPenalty, kwargs)
 
     def is_active(self) -> bool:
         """False when the penalty adds nothing (no node is emitted then)."""

@@ -109,6 +109,19 @@ def add_loss_output(
     )
 
 
+def _as_seed_stored(params: dict) -> dict:
+    """A seed constructor's arguments as the seed stored them: the learning rate, the loss
+    and the penalty as objects (names and floats selected), ``validation_every`` in epochs."""
+    params = dict(params)
+    params["learning_rate"] = BaseLearningRate.select(params["learning_rate"])
+    params["validation_every"] = _validation_every(params["validation_every"], params["max_iter"])
+    if "learning_loss" in params:
+        params["learning_loss"] = _seed_loss(params["learning_loss"])
+    if "learning_penalty" in params:
+        params["learning_penalty"] = BaseLearningPenalty.select(params["learning_penalty"])
+    return params
+
+
 def _validation_every(value, max_iter: int) -> int:
     """The seed's ``validation_every``: a number of epochs, or below 1 a fraction of them."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -291,19 +304,7 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
         saved_gradient=None,
         sample_weight_name="weight",
     ):
-        self.model_onnx = model_onnx
-        self.weights_to_train = weights_to_train
-        self.loss_output_name = loss_output_name
-        self.max_iter = max_iter
-        self.training_optimizer_name = training_optimizer_name
-        self.batch_size = batch_size
-        self.learning_rate = BaseLearningRate.select(learning_rate)
-        self.device = device
-        self.warm_start = warm_start
-        self.verbose = verbose
-        self.validation_every = _validation_every(validation_every, max_iter)
-        self.saved_gradient = saved_gradient
-        self.sample_weight_name = sample_weight_name
+        self._keep_params(_as_seed_stored(locals()))
 
     def _learning_loss(self) -> BaseLearningLoss:
         return SquareLearningLoss(convention="seed")
@@ -423,22 +424,7 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
     ):
         if weights_to_train is None:
             weights_to_train = check_weight_names(rewrite_linear_nodes(model_onnx), None)
-        self.model_onnx = model_onnx
-        self.weights_to_train = weights_to_train
-        self.loss_output_name = loss_output_name
-        self.max_iter = max_iter
-        self.training_optimizer_name = training_optimizer_name
-        self.batch_size = batch_size
-        self.learning_rate = BaseLearningRate.select(learning_rate)
-        self.device = device
-        self.warm_start = warm_start
-        self.verbose = verbose
-        self.validation_every = _validation_every(validation_every, max_iter)
-        self.learning_loss = _seed_loss(learning_loss)
-        self.enable_logging = enable_logging
-        self.weight_name = weight_name
-        self.learning_penalty = BaseLearningPenalty.select(learning_penalty)
-        self.exc = exc
+        self._keep_params(_as_seed_stored(locals()))
 
     @property
     def trained_coef_(self) -> dict[str, onnxruntime.OrtValue]:
