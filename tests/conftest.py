@@ -24,12 +24,15 @@ def mlp_onnx(regression):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip the tests marked ``training_build`` where onnxruntime's training build is absent
-    (the environments of the ``cpu`` and ``gpu`` extras)."""
+    """Skip the tests marked ``training_build``, and the cases parametrized with the
+    ``'ort-training'`` backend, where onnxruntime's training build is absent (the
+    environments of the ``cpu`` and ``gpu`` extras)."""
     problem = runtime_problem()
     if problem is None:
         return
     skip = pytest.mark.skip(reason=f"needs the training build: {problem}")
     for item in items:
-        if item.get_closest_marker("training_build"):
+        params = getattr(item, "callspec", None)
+        needs_build = params is not None and "ort-training" in params.params.values()
+        if item.get_closest_marker("training_build") or needs_build:
             item.add_marker(skip)

@@ -77,6 +77,7 @@ def test_auto_threads_follow_the_work_of_a_step(trainer, mlp_onnx):
     assert threads(1, intra_op_threads=None) is None
 
 
+@pytest.mark.training_build
 @pytest.mark.parametrize(
     ("trainer", "graph_name"),
     [(FullTrainer, "training_model"), (ForwardBackwardTrainer, "training")],

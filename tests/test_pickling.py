@@ -84,6 +84,7 @@ def test_cross_validate_in_two_processes_returns_fitted_trainers(trainer, regres
     assert first.score(X[:half], y[:half]) == pytest.approx(result["test_score"][0], rel=1e-5)
 
 
+@pytest.mark.training_build
 def test_adamw_says_its_moments_restart_after_unpickling(regression, mlp_onnx):
     X, y = regression
     model = FullTrainer(mlp_onnx, learning_rate=LearningRateAdamW(), max_iter=1).fit(X, y)

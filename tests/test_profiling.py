@@ -90,12 +90,25 @@ def test_call_tree_of_a_known_workload():
         assert line.split(" -- ")[0].endswith(" ") or len(line.split(" -- ")[0]) > 60
 
 
-def assert_cumulative_bounds(node: dict) -> None:
-    # a recursive self-call's time is already inside the parent's: leave that edge out
-    children = [c for c in node["children"] if c["where"] != node["where"]]
-    assert node["cumulative"] + 1e-6 >= sum(c["cumulative"] for c in children)
+def wheres(node: dict) -> set[str]:
+    return {node["where"]}.union(*(wheres(c) for c in node["children"]))
+
+
+def assert_cumulative_bounds(node: dict, path: frozenset = frozenset()) -> None:
+    # a call that re-enters a function of the path (direct or mutual recursion) has its
+    # time already inside an ancestor's, and cProfile counts it again on its edges: the
+    # bound holds where the subtree re-enters nothing of the path
+    path = path | {node["where"]}
+    children = [c for c in node["children"] if c["where"] not in path]
+    # cProfile's edge times of tiny calls (a comprehension's own frame in Python 3.11) can
+    # be off by tens of microseconds: 0.1 ms of slack
+    if not any(wheres(c) & path for c in children):
+        assert node["cumulative"] + 1e-4 >= sum(c["cumulative"] for c in children), (
+            node["where"],
+            [(c["where"], c["cumulative"], c["calls"]) for c in children],
+        )
     for child in children:
-        assert_cumulative_bounds(child)
+        assert_cumulative_bounds(child, path)
 
 
 def test_call_tree_of_a_trainer_fit(regression, mlp_onnx):

@@ -26,7 +26,7 @@ from ortbench.bench.store import (
 from ortbench.cli import main
 from ortbench.report.summary import summary_markdown
 
-TINY = "--contenders ort-fwbw --problem linear --dataset diabetes --batch-sizes 8 --devices cpu"
+TINY = "--contenders ort-portable-fwbw --problem linear --dataset diabetes --batch-sizes 8 --devices cpu"
 TINY += " --epochs 1 --repeat 2"
 
 

@@ -257,6 +257,7 @@ def test_add_loss_output_output_index(linear):
 # -- onnx_derivative -------------------------------------------------------------------------
 
 
+@pytest.mark.training_build
 def test_the_tutorials_gradient_values():
     """The values the tutorial prints for its loss's gradient (FillGrad | KeepOutputs)."""
     onx = MODELS["fct_onnx"]()
@@ -341,6 +342,7 @@ def test_derivative_options_are_validated_as_the_seed_did(options, match):
         onnx_derivative(MODELS["fct_onnx"](), options=options)
 
 
+@pytest.mark.training_build
 def test_keep_yield_op_gives_the_forward_backward_graph():
     grad = onnx_derivative(MODELS["fct_onnx"](), options=DerivativeOptions.KeepYieldOp)
     assert "YieldOp" in {n.op_type for n in grad.graph.node}
@@ -641,6 +643,7 @@ def test_seed_classes_clone(linear):
     )
 
 
+@pytest.mark.training_build
 def test_tutorial_example_shows_what_the_tutorial_shows(monkeypatch, tmp_path):
     """The tutorial's gradient values, its repr after 100 epochs' worth of schedule
     (value = eta0 / epochs ** 0.25), its losses going down and its "It works" predictions."""

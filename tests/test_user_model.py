@@ -98,6 +98,7 @@ def summary_of(tmp_path) -> str:
     return (folder / "summary.md").read_text()
 
 
+@pytest.mark.training_build
 @pytest.mark.parametrize(
     "data",
     [
@@ -138,6 +139,7 @@ def test_bench_trains_a_hand_built_model(files, tmp_path, data):
     assert "speed-up vs ort-full" in summary_of(tmp_path)
 
 
+@pytest.mark.training_build
 def test_baseline_option(files, tmp_path):
     results = run_bench(
         tmp_path, "--model", str(files / "model.onnx"), "--data", str(files / "data.npz"),
@@ -149,6 +151,7 @@ def test_baseline_option(files, tmp_path):
     assert main(["bench", "--contenders", "ort-full", "--baseline", "ort-fwbw"]) == 2
 
 
+@pytest.mark.training_build
 def test_the_starting_loss_is_the_models_own(files):
     problem = load_user_problem(UserFiles(str(files / "model.onnx"), (str(files / "data.npz"),)))
     data = problem.data
@@ -160,6 +163,7 @@ def test_the_starting_loss_is_the_models_own(files):
     assert make_problem("model.onnx", "data.npz") is problem
 
 
+@pytest.mark.training_build
 def test_profile_runs_a_hand_built_model(files, tmp_path, capsys):
     argv = ["profile", "ort-fwbw", "--model", str(files / "model.onnx")]
     argv += ["--data", str(files / "data.csv"), "--target", "target", "--sample-weight", "w"]
@@ -179,6 +183,7 @@ def fitted(model, X, y):
         return model.fit(X, y)
 
 
+@pytest.mark.training_build
 def test_a_converted_scikit_learn_mlp_gets_every_contender(tmp_path):
     X, y = (
         make_problem("mlp", "diabetes").data.X_train,
@@ -205,6 +210,7 @@ def test_a_converted_scikit_learn_mlp_gets_every_contender(tmp_path):
     assert np.allclose(results[results.status == "ok"].initial_loss, own, rtol=1e-4)
 
 
+@pytest.mark.training_build
 def test_a_converted_classifier_trains_with_the_log_loss(tmp_path):
     data = make_problem("mlp-multiclass", "digits", n_samples=400).data
     X, y = data.X_train, data.y_train + 3  # labels 3..12: any integers are classes
@@ -222,6 +228,7 @@ def test_a_converted_classifier_trains_with_the_log_loss(tmp_path):
         assert contender.fit(2).loss_curve_[-1] < own, name
 
 
+@pytest.mark.training_build
 @pytest.mark.parametrize(
     "same",
     [
@@ -266,6 +273,7 @@ def test_model_size_axis():
     assert generated.data.X_train.shape == (240, 7)
 
 
+@pytest.mark.training_build
 def test_cli_hidden_runs_every_size(tmp_path):
     results = run_bench(
         tmp_path, "--hidden", "8,4", "16", "--problem", "mlp", "--dataset", "make_regression",
