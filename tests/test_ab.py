@@ -15,7 +15,7 @@ import pytest
 
 from ortbench.bench.ab import AB_REPEAT, BASE, HEAD, SIDE, Worker, alternation, run_ab
 from ortbench.bench.checkouts import Checkout, mismatched_pins
-from ortbench.bench.contenders.base import SHORT_EPOCHS
+from ortbench.bench.contenders.base import SHORT_EPOCHS, extra_epochs
 from ortbench.bench.machine import machine, versions
 from ortbench.bench.matrix import BenchConfig
 from ortbench.bench.store import COLUMNS, KEYS, ResultsWriter, read_records
@@ -82,7 +82,9 @@ def test_timed_fits_alternate_a_b_b_a_within_each_cell(tmp_path):
     # each round is a short and a long fit of each cell on each side
     assert commands == ["prepare"] * 4 + ["time"] * 8 * AB_REPEAT + ["finish"] * 4
     timed = [(side, key.split()[0], epochs) for command, side, key, epochs in log[4:-4]]
-    short, long = SHORT_EPOCHS, SHORT_EPOCHS + CONFIG.epochs
+    # a short fit lasts 2 ms: the long one runs enough epochs more to last 50 ms more
+    short, long = SHORT_EPOCHS, SHORT_EPOCHS + extra_epochs(2e-3, CONFIG.epochs)
+    assert long == 26
     assert [epochs for _, _, epochs in timed] == ([short] * 4 + [long] * 4) * AB_REPEAT
     for contender in CONFIG.contenders:
         for length in (short, long):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -72,7 +73,10 @@ def test_results_schema(run_folder):
         assert others[column].isna().all(), column
     assert (ok.seconds_per_step_min <= ok.seconds_per_step).all()
     assert (ok.seconds_per_step <= ok.seconds_per_step_max).all()
-    assert (results.timing == "slope between 1- and 5-epoch fits").all()
+    # each long fit runs 4 epochs more than the short one, more where 4 last under 50 ms
+    lengths = ok.timing.str.extract(r"^slope between 1- and (\d+)-epoch fits$")[0].astype(int)
+    assert (lengths >= 5).all()
+    assert (others.timing == "slope between 1- and 5+-epoch fits").all()
     problem = make_problem("mlp", "diabetes", n_samples=120)
     assert len(problem.data.X_train) == 96
     assert (results.steps == 4 * results.batch_size.rdiv(96).apply(math.ceil)).all()
@@ -104,7 +108,8 @@ def test_summary_and_plots(run_folder):
     assert "## mlp (1,071 trained values) on diabetes, cpu" in text
     assert "| 8 | sklearn-mlp-sgd |" in text and "| 1.00x |" in text
     assert "| 8 | ort-full |" in text
-    assert "slope between 1- and 5-epoch fits" in text and "fixed cost per fit" in text
+    assert "slope between a 1-epoch fit and a longer one, at least 4 epochs and 50 ms" in text
+    assert "fixed cost per fit" in text
     assert "## Cells not run" in text
     assert ("| 8 | torch-sgd |" in text) == TORCH
     assert ("unavailable: torch is not installed" in text) == (not TORCH)
@@ -219,6 +224,11 @@ def test_timed_fits_of_a_group_are_interleaved(tmp_path, monkeypatch):
         datasets=("diabetes",), batch_sizes=(32,), devices=("cpu",), epochs=2, repeat=3,
     )  # fmt: skip
     run_matrix(config, ResultsWriter(tmp_path), "interleaved")
+    lengths = {
+        r["contender"]: int(re.fullmatch(r"slope between 1- and (\d+)-epoch fits", r["timing"])[1])
+        for r in read_records(tmp_path)
+    }
+    assert min(lengths.values()) >= 3
     short = [("ort-fwbw", 1), ("sklearn-mlp-sgd", 1)]
-    long = [("ort-fwbw", 3), ("sklearn-mlp-sgd", 3)]
+    long = [("ort-fwbw", lengths["ort-fwbw"]), ("sklearn-mlp-sgd", lengths["sklearn-mlp-sgd"])]
     assert order == (short + long) * 3

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from ortbench.bench import matrix
-from ortbench.bench.contenders.base import Contender, slope
+from ortbench.bench.contenders.base import MIN_EXTRA_SECONDS, Contender, extra_epochs, slope
 from ortbench.bench.matrix import BenchConfig, run_matrix
 from ortbench.bench.problems import make_problem
 from ortbench.bench.store import RESULTS_CSV, ResultsWriter, read_records
@@ -63,6 +65,67 @@ def test_a_large_fixed_cost_per_fit_leaves_the_time_per_step_alone(tmp_path, mon
     assert 0.75 * SET_UP < row["seconds_per_fit_overhead"] < 1.5 * SET_UP
     # what dividing the long fit's time by its 48 steps would give: twice as much
     assert (SET_UP + 4 * steps * STEP) / (4 * steps) > 2 * STEP
+
+
+class Ticker(Sleeper):
+    """A contender with quick steps and no set-up: its epochs last a few milliseconds."""
+
+    name = "ticker"
+
+    def _continue(self, epochs: int) -> None:
+        for _ in range(epochs * self.problem.steps_per_epoch(self.batch_size)):
+            time.sleep(STEP / 4)
+
+
+def test_extra_epochs_last_at_least_min_extra_seconds():
+    assert extra_epochs(short_seconds=1.0, epochs=3) == 3
+    assert extra_epochs(short_seconds=MIN_EXTRA_SECONDS / 40, epochs=3) == 40
+
+
+def test_quick_epochs_are_timed_over_long_enough_fits(tmp_path, monkeypatch):
+    """A fit's fixed part jumps by milliseconds now and then: the long fit outlasts the
+    short one by about MIN_EXTRA_SECONDS, not by an epoch of a few milliseconds."""
+    monkeypatch.setitem(matrix.CONTENDERS, "ticker", Ticker)
+    config = BenchConfig(
+        contenders=("ticker",), problems=("linear",), datasets=("diabetes",),
+        batch_sizes=(32,), devices=("cpu",), epochs=1, repeat=3,
+    )  # fmt: skip
+    run_matrix(config, ResultsWriter(tmp_path), "quick")
+    (row,) = read_records(tmp_path)
+    assert row["status"] == "ok"
+    long = int(row["timing"].removeprefix("slope between 1- and ").removesuffix("-epoch fits"))
+    epoch = row["steps"] * row["seconds_per_step"]  # one epoch: steps is 1 epoch's steps
+    assert epoch < MIN_EXTRA_SECONDS / 4
+    assert 0.6 * MIN_EXTRA_SECONDS < (long - 1) * epoch < MIN_EXTRA_SECONDS + epoch
+
+
+class Hoarder(Ticker):
+    """A contender whose set-up leaves many objects with reference cycles behind, and
+    which notes how many objects garbage collection leaves alone during each timed fit."""
+
+    name = "hoarder"
+    frozen: ClassVar[list[int]] = []
+
+    def _fit(self, epochs: int) -> list[float]:
+        self.cycles = [[] for _ in range(50_000)]
+        for cycle in self.cycles:
+            cycle.append(cycle)
+        return super()._fit(epochs)
+
+    def time_fit(self, epochs: int) -> float:
+        self.frozen.append(gc.get_freeze_count())
+        return super().time_fit(epochs)
+
+
+def test_timed_fits_never_collect_what_building_left_behind(tmp_path, monkeypatch):
+    monkeypatch.setitem(matrix.CONTENDERS, "hoarder", Hoarder)
+    config = BenchConfig(
+        contenders=("hoarder",), problems=("linear",), datasets=("diabetes",),
+        batch_sizes=(32,), devices=("cpu",), epochs=1, repeat=2,
+    )  # fmt: skip
+    run_matrix(config, ResultsWriter(tmp_path), "hoarded")
+    assert len(Hoarder.frozen) == 4 and min(Hoarder.frozen) > 50_000
+    assert gc.get_freeze_count() == 0  # released after the group
 
 
 def test_generated_data_grow_to_8_full_batches():

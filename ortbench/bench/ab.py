@@ -25,9 +25,9 @@ import numpy as np
 from ..training import OrtBenchError
 from . import ab_worker
 from .checkouts import Checkout
-from .contenders.base import SHORT_EPOCHS, slope
+from .contenders.base import SHORT_EPOCHS, extra_epochs, slope
 from .interruption import interruptible
-from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells
+from .matrix import MIN_BATCHES, TIMING, BenchConfig, Cell, _problem, _row, cells
 from .problems import make_problem
 from .store import COLUMNS, ResultsWriter
 
@@ -173,17 +173,17 @@ def _prepare(side: Side, cell: Cell, config: BenchConfig) -> SideResult:
 
 
 def _durations(
-    results: list[PairedCell], sides: dict[str, Side], order: tuple[str, str], epochs: int
+    results: list[PairedCell], sides: dict[str, Side], order: tuple[str, str], epochs: list[int]
 ) -> dict[tuple[int, str], float]:
-    """One fit of ``epochs`` epochs of every cell on each side in ``order``; a fit that
-    breaks marks that side's cell failed."""
+    """One fit of ``epochs[k]`` epochs of every cell ``k`` on each side in ``order``; a fit
+    that breaks marks that side's cell failed."""
     durations = {}
     for k, paired in enumerate(results):
         for name in order:
             result = paired.sides[name]
             if not result.ok:
                 continue
-            reply = sides[name].request("time", key=paired.cell.label, epochs=epochs)
+            reply = sides[name].request("time", key=paired.cell.label, epochs=epochs[k])
             if "error" in reply:
                 result.row["status"] = f"failed: {reply['error']}"
             else:
@@ -191,12 +191,19 @@ def _durations(
     return durations
 
 
+def _long_epochs(short: dict[tuple[int, str], float], k: int, config: BenchConfig) -> int:
+    """The epochs of cell ``k``'s long fits, from the quicker side's first short fit."""
+    seconds = [duration for (j, _), duration in short.items() if j == k]
+    return SHORT_EPOCHS + (extra_epochs(min(seconds), config.epochs) if seconds else config.epochs)
+
+
 def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side]) -> list:
     """Run cells that differ only by contender on both sides, timed fits alternated.
 
     Every cell is prepared (built, fitted once, scored) on both sides. Then each round
     times a short fit (``SHORT_EPOCHS`` epochs) of every cell on both sides, then a long
-    one (``SHORT_EPOCHS + epochs``), as ``bench`` does; the sides take turns in the
+    one, as ``bench`` does: ``extra_epochs(...)`` epochs more, chosen from the quicker side's
+    first short fit and the same on both sides. The sides take turns in the
     order ``alternation(repeat)[k]`` in round ``k``. A round's sample of a side is the
     slope between its two fits: the time per step without what a fit pays once. A side
     whose cell failed or could not run is skipped; a fit that breaks marks it failed.
@@ -211,9 +218,11 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
         PairedCell(cell, {name: _prepare(side, cell, config) for name, side in sides.items()})
         for cell in group
     ]
-    long_epochs = SHORT_EPOCHS + config.epochs
+    long_epochs = []
     for order in alternation(config.repeat):
-        short = _durations(results, sides, order, SHORT_EPOCHS)
+        short = _durations(results, sides, order, [SHORT_EPOCHS] * len(results))
+        if not long_epochs:
+            long_epochs = [_long_epochs(short, k, config) for k in range(len(results))]
         long = _durations(results, sides, order, long_epochs)
         for k, paired in enumerate(results):
             for name in order:
@@ -222,12 +231,13 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
                     continue
                 steps = result.row["steps"] // config.epochs
                 per_step, per_fit = slope(
-                    short[k, name], long[k, name], SHORT_EPOCHS * steps, long_epochs * steps
+                    short[k, name], long[k, name], SHORT_EPOCHS * steps, long_epochs[k] * steps
                 )
                 result.positions.append(sum(len(r.samples) for r in paired.sides.values()))
                 result.samples.append(per_step)
                 result.overheads.append(per_fit)
-                result.fits.append(long[k, name] / (long_epochs * steps))
+                result.fits.append(long[k, name] / (long_epochs[k] * steps))
+                result.row["timing"] = TIMING.format(short=SHORT_EPOCHS, long=long_epochs[k])
     for paired in results:
         for name, result in paired.sides.items():
             if not result.ok:

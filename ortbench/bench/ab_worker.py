@@ -12,6 +12,7 @@ original stdout; anything a library prints goes to stderr, the side's log). Repl
 carry ``error`` when the request failed. The process ends at the end of its input.
 """
 
+import gc
 import json
 import os
 import signal
@@ -65,6 +66,10 @@ def _prepare(request, fitted):
     except Exception as e:
         return {**row, "status": f"failed: {_first_line(e)}"}
     fitted[request["key"]] = contender
+    # what building left behind is collected now and kept out of the collections that
+    # would otherwise run inside timed fits, as bench does (``settled_heap``)
+    gc.collect()
+    gc.freeze()
     return row
 
 
@@ -77,8 +82,11 @@ def _time(request, fitted):
 
 
 def _finish(request, fitted):
-    """The contender's loss curve and counters; the contender is released."""
+    """The contender's loss curve and counters; the contender is released, and once none
+    is left, what was kept out of garbage collection goes back into it."""
     contender = fitted.pop(request["key"])
+    if not fitted:
+        gc.unfreeze()
     reply = {"loss_curve": [float(v) for v in contender.loss_curve_]}
     counts = contender.runtime_counts()
     if counts is not None:

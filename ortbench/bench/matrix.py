@@ -18,7 +18,7 @@ import numpy as np
 
 from ..training import OrtBenchError
 from .contenders import CONTENDERS, Contender, Unavailable, make_contender
-from .contenders.base import SHORT_EPOCHS, slope
+from .contenders.base import SHORT_EPOCHS, extra_epochs, settled_heap, slope
 from .datasets import GENERATED, VALIDATION_FRACTION
 from .interruption import interruptible
 from .machine import available_devices, machine, versions
@@ -164,7 +164,7 @@ def _row(cell: Cell, config: BenchConfig, problem: Problem) -> dict:
         "epochs": config.epochs,
         "steps": config.epochs * problem.steps_per_epoch(cell.batch_size),
         "repeat": config.repeat,
-        "timing": TIMING.format(short=SHORT_EPOCHS, long=SHORT_EPOCHS + config.epochs),
+        "timing": TIMING.format(short=SHORT_EPOCHS, long=f"{SHORT_EPOCHS + config.epochs}+"),
         "status": "ok",
     }
 
@@ -217,9 +217,11 @@ def run_group(
     """Run cells that differ only by contender, their timed fits interleaved.
 
     Every contender is fitted once first. Then each of the ``repeat`` rounds times a short
-    fit (``SHORT_EPOCHS`` epochs) of every contender in turn, then a long fit
-    (``SHORT_EPOCHS + epochs`` epochs) of every contender in turn, all continuing from the
-    trained weights; the round's sample of a cell is the slope between its two fits
+    fit (``SHORT_EPOCHS`` epochs) of every contender in turn, then a long fit of every
+    contender in turn, all continuing from the trained weights. A contender's long fit runs
+    ``extra_epochs(...)`` more epochs than its short one, chosen from its first short fit:
+    ``epochs`` or more, enough to last :data:`~.contenders.base.MIN_EXTRA_SECONDS` longer
+    (the ``timing`` column says how many). The round's sample of a cell is the slope between its two fits
     (:func:`~.contenders.base.slope`): its time per step without what a fit pays once,
     which the row keeps apart as ``seconds_per_fit_overhead``. Both fits of a contender
     start after another contender's fit, so the cache misses at a fit's start cancel out
@@ -238,9 +240,10 @@ def run_group(
             row, contender = _prepare(cell, config, interrupted)
             rows.append(row)
             contenders.append(contender)
-        durations = _timed_fits(contenders, config, rows, interrupted)
+        with settled_heap():
+            durations = _timed_fits(contenders, config, rows, interrupted)
         return [
-            _finish(row, contender, *fits, config, interrupted)
+            _finish(row, contender, *fits, interrupted)
             for row, contender, fits in zip(rows, contenders, durations)
         ]
     except KeyboardInterrupt:
@@ -259,17 +262,14 @@ def _finish(
     contender: Contender | None,
     shorts: list[float],
     longs: list[float],
-    config: BenchConfig,
+    long_epochs: int,
     interrupted: Callable[[], bool],
 ) -> CellResult:
     """The cell's result from the durations of its short and long timed fits."""
     if contender is None:
         return CellResult(row)
     steps = contender.problem.steps_per_epoch(contender.batch_size)
-    pairs = [
-        slope(s, t, SHORT_EPOCHS * steps, (SHORT_EPOCHS + config.epochs) * steps)
-        for s, t in zip(shorts, longs)
-    ]
+    pairs = [slope(s, t, SHORT_EPOCHS * steps, long_epochs * steps) for s, t in zip(shorts, longs)]
     times = [p[0] for p in pairs]
     row.update(
         seconds_per_step=float(np.median(times)),
@@ -286,17 +286,23 @@ def _finish(
 
 def _timed_fits(
     contenders: list, config: BenchConfig, rows: list[dict], interrupted: Callable[[], bool]
-) -> list[tuple[list[float], list[float]]]:
-    """The short and long fits' durations of each contender, round after round; a
-    contender whose fit breaks gets a failed status and becomes None in ``contenders``."""
-    durations = [([], []) for _ in contenders]
+) -> list[tuple[list[float], list[float], int]]:
+    """The short and long fits' durations of each contender, round after round, and the
+    epochs of its long fits; a contender whose fit breaks gets a failed status and becomes
+    None in ``contenders``."""
+    durations = [([], [], 0) for _ in contenders]
     for _ in range(config.repeat):
-        for which, epochs in enumerate((SHORT_EPOCHS, SHORT_EPOCHS + config.epochs)):
+        for which in (0, 1):
             for k, contender in enumerate(contenders):
                 if contender is None:
                     continue
+                shorts, longs, long_epochs = durations[k]
+                if which == 1 and not long_epochs:
+                    long_epochs = SHORT_EPOCHS + extra_epochs(shorts[0], config.epochs)
+                    durations[k] = shorts, longs, long_epochs
+                    rows[k]["timing"] = TIMING.format(short=SHORT_EPOCHS, long=long_epochs)
                 try:
-                    seconds = contender.time_fit(epochs)
+                    seconds = contender.time_fit(long_epochs if which else SHORT_EPOCHS)
                 except Exception as e:
                     rows[k]["status"] = f"failed: {_first_line(e)}"
                     contenders[k] = None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..bench.contenders import BASELINE, CONTENDERS
+from ..bench.contenders.base import MIN_EXTRA_SECONDS, SHORT_EPOCHS
 from ..bench.store import read_results
 from .units import format_seconds
 from .verdicts import escape_cell
@@ -75,8 +76,10 @@ def summary_markdown(results: pd.DataFrame) -> str:
     lines = [
         f"# ortbench bench: run {first.run_id}",
         "",
-        f"Time per training step: median over {first['repeat']} rounds of the "
-        f"{first['timing']} (the time a fit pays once cancels out and is shown apart as "
+        f"Time per training step: median over {first['repeat']} rounds of the slope between "
+        f"a {SHORT_EPOCHS}-epoch fit and a longer one, at least {first['epochs']} epochs and "
+        f"{format_seconds(MIN_EXTRA_SECONDS)} longer (the timing column of results.csv gives "
+        "each cell's lengths; the time a fit pays once cancels out and is shown apart as "
         "fixed cost per fit), after a first fit of "
         f"{first['epochs']} epochs that built the model and gave the losses; the timed fits "
         "of the contenders of one batch size take turns, and every timed epoch holds at "

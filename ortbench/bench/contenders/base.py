@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from typing import ClassVar
 
 import numpy as np
@@ -11,8 +15,33 @@ import numpy as np
 from ..counters import RuntimeCounts
 from ..problems import Problem
 
-#: Epochs of the short timed fit; the long one runs ``SHORT_EPOCHS + epochs``.
+#: Epochs of the short timed fit; the long one runs ``SHORT_EPOCHS + extra_epochs(...)``.
 SHORT_EPOCHS = 1
+#: Seconds the long timed fit should run longer than the short one, at least: a fit's fixed
+#: part jumps by milliseconds now and then (a page fault, a garbage collection, the other
+#: core's work), which must stay small against the extra steps it is divided by.
+MIN_EXTRA_SECONDS = 0.05
+
+
+def extra_epochs(short_seconds: float, epochs: int) -> int:
+    """How many more epochs the long timed fit runs than the short one.
+
+    Parameters
+    ----------
+    short_seconds : float
+        Duration of a short timed fit (``SHORT_EPOCHS`` epochs, its fixed part included).
+    epochs : int
+        The fewest extra epochs (the ``--epochs`` option).
+
+    Returns
+    -------
+    int
+        ``epochs``, or more when ``epochs`` epochs would last less than
+        :data:`MIN_EXTRA_SECONDS`. The short fit's duration per epoch includes its fixed
+        part, so it overestimates an epoch and the extra epochs last at most
+        ``MIN_EXTRA_SECONDS``.
+    """
+    return max(epochs, math.ceil(MIN_EXTRA_SECONDS * SHORT_EPOCHS / short_seconds))
 
 
 def slope(short: float, long: float, short_steps: int, long_steps: int) -> tuple[float, float]:
@@ -38,6 +67,19 @@ def slope(short: float, long: float, short_steps: int, long_steps: int) -> tuple
     return per_step, short - short_steps * per_step
 
 
+@contextlib.contextmanager
+def settled_heap() -> Iterator[None]:
+    """Collect garbage, then keep the objects left out of later collections until the
+    block ends: building models leaves many objects behind, and a full collection over
+    them inside a timed fit costs tens of milliseconds that belong to no step."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 class Unavailable(Exception):
     """A contender cannot run a cell (no CUDA, no torch, a linear-only model...)."""
 
@@ -48,7 +90,7 @@ class Contender(ABC):
     ``fit`` trains from the problem's initial weights and records ``loss_curve_`` (one
     value per epoch: the mean over samples of the loss of each batch before its update).
     ``continue_fit`` trains more epochs from the current weights, without rebuilding
-    anything: that is what :meth:`seconds_per_step` and asv's ``time_`` benchmarks time.
+    anything: that is what the matrix's timed fits and asv's ``time_`` benchmarks run.
     ``predict`` works before ``fit`` too and then gives the initial model's output.
     """
 
@@ -93,17 +135,6 @@ class Contender(ABC):
         start = time.perf_counter()
         self.continue_fit(epochs)
         return time.perf_counter() - start
-
-    def seconds_per_step(self, epochs: int = 1) -> float:
-        """Wall time per training step, without what a fit pays once.
-
-        The slope between a fit of ``SHORT_EPOCHS`` epochs and one of ``SHORT_EPOCHS +
-        epochs`` epochs: see :func:`slope`.
-        """
-        steps = self.problem.steps_per_epoch(self.batch_size)
-        short = self.time_fit(SHORT_EPOCHS)
-        long = self.time_fit(SHORT_EPOCHS + epochs)
-        return slope(short, long, SHORT_EPOCHS * steps, (SHORT_EPOCHS + epochs) * steps)[0]
 
     def runtime_counts(self) -> RuntimeCounts | None:
         """onnxruntime calls and allocations per step, for contenders that run onnxruntime."""
