@@ -70,15 +70,33 @@ def _prepare(request, fitted):
     # would otherwise run inside timed fits, as bench does (``settled_heap``)
     gc.collect()
     gc.freeze()
+    _wait_until_quiet()
     return row
 
 
+def _wait_until_quiet(window=0.005, limit=1.0):
+    """Sleep until no thread of this process runs (the CPU time grows by under a tenth
+    of ``window`` in a window), at most ``limit`` seconds: BLAS and OpenMP threads keep
+    spinning after a fit, and the other side's next fit must not share the cores with
+    them. ``bench`` does the same (``contenders.base.wait_until_quiet``); this file
+    cannot import it, since the side's ortbench may be older."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit:
+        cpu = time.process_time()
+        time.sleep(window)
+        if time.process_time() - cpu < window / 10:
+            return
+
+
 def _time(request, fitted):
-    """The duration in seconds of one fit of ``epochs`` epochs from the current weights."""
+    """The duration in seconds of one fit of ``epochs`` epochs from the current weights,
+    replied once this process is quiet again."""
     contender = fitted[request["key"]]
     start = time.perf_counter()
     contender.continue_fit(request["epochs"])
-    return {"seconds": time.perf_counter() - start}
+    seconds = time.perf_counter() - start
+    _wait_until_quiet()
+    return {"seconds": seconds}
 
 
 def _finish(request, fitted):

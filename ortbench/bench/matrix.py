@@ -18,7 +18,7 @@ import numpy as np
 
 from ..training import OrtBenchError
 from .contenders import CONTENDERS, Contender, Unavailable, make_contender
-from .contenders.base import SHORT_EPOCHS, extra_epochs, settled_heap, slope
+from .contenders.base import SHORT_EPOCHS, extra_epochs, settled_heap, slope, wait_until_quiet
 from .datasets import GENERATED, VALIDATION_FRACTION
 from .interruption import interruptible
 from .machine import available_devices, machine, versions
@@ -221,7 +221,9 @@ def run_group(
     contender in turn, all continuing from the trained weights. A contender's long fit runs
     ``extra_epochs(...)`` more epochs than its short one, chosen from its first short fit:
     ``epochs`` or more, enough to last :data:`~.contenders.base.MIN_EXTRA_SECONDS` longer
-    (the ``timing`` column says how many). The round's sample of a cell is the slope between its two fits
+    (the ``timing`` column says how many). Each fit starts once the threads of the one
+    before have stopped spinning (:func:`~.contenders.base.wait_until_quiet`). The round's
+    sample of a cell is the slope between its two fits
     (:func:`~.contenders.base.slope`): its time per step without what a fit pays once,
     which the row keeps apart as ``seconds_per_fit_overhead``. Both fits of a contender
     start after another contender's fit, so the cache misses at a fit's start cancel out
@@ -307,6 +309,7 @@ def _timed_fits(
                     rows[k]["status"] = f"failed: {_first_line(e)}"
                     contenders[k] = None
                     continue
+                wait_until_quiet()  # its spinning threads off the next fit
                 _check(interrupted)
                 durations[k][which].append(seconds)
     return durations

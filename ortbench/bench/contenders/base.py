@@ -67,13 +67,40 @@ def slope(short: float, long: float, short_steps: int, long_steps: int) -> tuple
     return per_step, short - short_steps * per_step
 
 
+#: Seconds of each look at the process's CPU time in :func:`wait_until_quiet`, and the most
+#: it waits in all.
+QUIET_WINDOW = 0.005
+QUIET_LIMIT = 1.0
+
+
+def wait_until_quiet() -> float:
+    """Sleep until no thread of this process is running; return the seconds waited.
+
+    After a call, BLAS and OpenMP pools keep their threads spinning for a while
+    (scikit-learn's OpenBLAS about 150 ms, torch's OpenMP about 10 ms, measured on 2
+    cores), on cores that the next contender's fit would need. Waiting until the
+    process's CPU time stops growing (under a tenth of a :data:`QUIET_WINDOW` per window,
+    at most :data:`QUIET_LIMIT` in all) before the next fit starts keeps every contender's
+    threads off every other contender's fits.
+    """
+    start = time.perf_counter()
+    while time.perf_counter() - start < QUIET_LIMIT:
+        cpu = time.process_time()
+        time.sleep(QUIET_WINDOW)
+        if time.process_time() - cpu < QUIET_WINDOW / 10:
+            break
+    return time.perf_counter() - start
+
+
 @contextlib.contextmanager
 def settled_heap() -> Iterator[None]:
     """Collect garbage, then keep the objects left out of later collections until the
     block ends: building models leaves many objects behind, and a full collection over
-    them inside a timed fit costs tens of milliseconds that belong to no step."""
+    them inside a timed fit costs tens of milliseconds that belong to no step. The block
+    starts once the process is quiet (:func:`wait_until_quiet`)."""
     gc.collect()
     gc.freeze()
+    wait_until_quiet()
     try:
         yield
     finally:
