@@ -12,6 +12,8 @@ import onnx
 import pytest
 from helpers import fitted_mlp
 from skl2onnx import to_onnx
+from sklearn.datasets import make_regression
+from sklearn.neural_network import MLPRegressor
 
 from ortbench.training import (
     ElasticLearningPenalty,
@@ -58,23 +60,68 @@ def test_flat_buffers_start_on_cache_lines_and_their_padding_stays_zero(
     assert all(np.isfinite(v).all() for v in state.values())
 
 
-@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
-def test_auto_threads_follow_the_work_of_a_step(trainer, mlp_onnx):
-    """One intra-op thread below ONE_THREAD_WORK multiply-adds per step, the pool above."""
-    from ortbench.training.base import ONE_THREAD_WORK
+@pytest.mark.parametrize(
+    ("trainer", "backend", "pools"),
+    [
+        (FullTrainer, "portable", 1),
+        (ForwardBackwardTrainer, "portable", 2),
+        pytest.param(FullTrainer, "ort-training", 1, marks=pytest.mark.training_build),
+        pytest.param(ForwardBackwardTrainer, "ort-training", 1, marks=pytest.mark.training_build),
+    ],
+)
+def test_auto_threads_follow_the_work_of_a_step(trainer, backend, pools, mlp_onnx):
+    """One intra-op thread below ONE_THREAD_WORK multiply-adds per step (or
+    TWO_POOLS_ONE_THREAD_WORK where two large sessions run in turn), the pool above."""
+    from ortbench.training.base import ONE_THREAD_WORK, TWO_POOLS_ONE_THREAD_WORK
 
     values = sum(w.size for w in trainer(mlp_onnx).initial_state().values())
+    limit = ONE_THREAD_WORK if pools == 1 else TWO_POOLS_ONE_THREAD_WORK
 
     def threads(batch_size, intra_op_threads="auto"):
-        model = trainer(mlp_onnx, batch_size=batch_size, intra_op_threads=intra_op_threads)
+        model = trainer(
+            mlp_onnx, batch_size=batch_size, intra_op_threads=intra_op_threads, backend=backend
+        )
+        model._check_params()
         model._prepare_model()
+        assert model._steps_class().large_sessions == pools
         return model._choose_threads()
 
-    assert threads(1024) == 1
-    assert threads(ONE_THREAD_WORK // values) == 1
-    assert threads(ONE_THREAD_WORK // values + 1) is None
+    assert threads(16) == 1
+    assert threads(limit // values) == 1
+    assert threads(limit // values + 1) is None
     assert threads(1024, intra_op_threads=2) == 2
     assert threads(1, intra_op_threads=None) is None
+
+
+def session_settings(session) -> tuple[int, str]:
+    """A session's intra-op threads (0: onnxruntime's pool) and spinning entry."""
+    options = session.session_options
+    try:
+        spinning = options.get_session_config_entry("session.intra_op.allow_spinning")
+    except RuntimeError:  # not set: onnxruntime's default, spinning
+        spinning = "1"
+    return options.intra_op_num_threads, spinning
+
+
+@pytest.mark.parametrize(
+    ("backend", "large", "spinning"),
+    [
+        ("portable", ("_forward", "_backward"), "0"),
+        pytest.param("ort-training", ("_agent_session",), "1", marks=pytest.mark.training_build),
+    ],
+)
+def test_pools_spin_unless_two_large_sessions_take_turns(backend, large, spinning):
+    """The model's sessions on the pool, spinning when a step runs one of them; the loss
+    session on one thread whatever the step's size."""
+    X, y = make_regression(2048, 100, random_state=0)
+    X, y = X.astype(np.float32), y.astype(np.float32)
+    mlp = MLPRegressor(hidden_layer_sizes=(256, 128), max_iter=1, random_state=0).fit(X, y)
+    model = ForwardBackwardTrainer(
+        to_onnx(mlp, X[:1]), batch_size=1024, max_iter=1, backend=backend
+    ).fit(X, y)
+    for name in large:
+        assert session_settings(getattr(model._steps, name)) == (0, spinning)
+    assert session_settings(model._steps._loss_session)[0] == 1
 
 
 @pytest.mark.training_build

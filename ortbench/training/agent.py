@@ -44,6 +44,8 @@ class AgentSteps(LossUpdateSteps):
         When the gradient graph passes intermediate tensors from forward to backward.
     """
 
+    large_sessions = 1
+
     def _build_passes(self, static: onnx.ModelProto, sessions: SessionMaker) -> dict:
         graph = build_training_graph(static, self.weights)
         if graph.n_forward_outputs != 1:

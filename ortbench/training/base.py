@@ -43,10 +43,15 @@ from .runtime import SessionMaker, check_device, providers, quiet_logs
 from .steps import Steps
 
 #: Steps below this much work (batch size x trained values, about the multiply-adds of a
-#: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``: handing
-#: kernels to a pool that does not spin costs more than it saves below it, and the pool
-#: wins above it (measured on 2 cores, ``benchmarks/README.md``).
-ONE_THREAD_WORK = 2**23
+#: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``, above it on
+#: onnxruntime's pool, whose threads spin between kernels: below it handing kernels to
+#: the pool costs more than it saves (measured on 2 cores, ``benchmarks/README.md``).
+ONE_THREAD_WORK = 2**19
+#: The same limit for step objects that run two large sessions in turn (the portable
+#: forward and gradient sessions): their pools do not spin, since each pool's spinning
+#: threads would hold the cores the other pool's kernels need, and a pool that does not
+#: spin wins only from larger steps.
+TWO_POOLS_ONE_THREAD_WORK = 2**23
 
 
 #: numpydoc entries both trainers share, put into their docstrings by
@@ -79,9 +84,12 @@ verbose : int, default=0
 validation_every : int, default=1
     Epochs between two scores of the validation data given to :meth:`fit`.
 intra_op_threads : 'auto', int or None, default='auto'
-    Intra-op threads of every session: ``'auto'`` runs small steps (batch size times
-    trained values below ``ONE_THREAD_WORK``) on one thread, None keeps onnxruntime's
-    default pool.""",
+    Intra-op threads of the sessions that run the model: ``'auto'`` runs small steps
+    (batch size times trained values below ``ONE_THREAD_WORK``, or
+    ``TWO_POOLS_ONE_THREAD_WORK`` for the portable forward/backward steps) on one
+    thread and larger ones on onnxruntime's default pool, None that pool at any size.
+    Pool threads spin between kernels, but in the portable forward/backward steps; the
+    small loss and update sessions always run on one thread.""",
     "attributes": """\
 model_ : onnx.ModelProto
     The model as trained (linear nodes rewritten).
@@ -130,6 +138,10 @@ class BaseTrainer(BaseEstimator):
     def _learning_loss(self) -> BaseLearningLoss | None:
         """The loss the user chose (checked), or None for the default: the log loss for a
         classifier graph, the squared error otherwise."""
+        raise NotImplementedError
+
+    def _steps_class(self) -> type[Steps]:
+        """The class of the step object this trainer runs on its backend."""
         raise NotImplementedError
 
     def _build(self) -> None:
@@ -375,7 +387,10 @@ class BaseTrainer(BaseEstimator):
 
     def _build_around(self, state, optimizer_state) -> None:
         """Build the graphs and sessions, then load weights and optimizer state into them."""
-        self._sessions = SessionMaker(self.device, self._choose_threads(), type(self).__name__)
+        spinning = self._steps_class().large_sessions == 1
+        self._sessions = SessionMaker(
+            self.device, self._choose_threads(), type(self).__name__, spinning
+        )
         quiet_logs()
         self._build()
         self._built_key = self._build_key()
@@ -442,7 +457,9 @@ class BaseTrainer(BaseEstimator):
         if threads == "auto":
             inits = self.model_.graph.initializer
             values = sum(int(np.prod(i.dims)) for i in inits if i.name in self.weights_)
-            return 1 if self.batch_size * values < ONE_THREAD_WORK else None
+            pools = self._steps_class().large_sessions
+            limit = ONE_THREAD_WORK if pools == 1 else TWO_POOLS_ONE_THREAD_WORK
+            return 1 if self.batch_size * values < limit else None
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
         return threads

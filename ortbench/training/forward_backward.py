@@ -100,12 +100,14 @@ class ForwardBackwardTrainer(BaseTrainer):
         penalty.check()
         return penalty
 
+    def _steps_class(self) -> type[SplitSteps | AgentSteps]:
+        return SplitSteps if self._backend == "portable" else AgentSteps
+
     def _build(self) -> None:
         if isinstance(self.learning_rate_, LearningRateAdamW):
             raise OrtBenchError("LearningRateAdamW runs only in FullTrainer")
         static = self._static_batch(self._train_model)
-        steps = SplitSteps if self._backend == "portable" else AgentSteps
-        self._steps = steps(
+        self._steps = self._steps_class()(
             static,
             self.weights_,
             bias_names(self._train_model, self.weights_),

@@ -107,6 +107,9 @@ class FullTrainer(BaseTrainer):
             model = select_outputs(model, outputs)
         return model
 
+    def _steps_class(self) -> type[FusedSteps | OnDeviceSteps]:
+        return FusedSteps if self._backend == "portable" else OnDeviceSteps
+
     def _build(self) -> None:
         loss_name = self.loss_output_name
         if self._loss_in_model:
@@ -125,7 +128,7 @@ class FullTrainer(BaseTrainer):
         with_loss = self._static_batch(select_outputs(with_loss, [loss_name]))
         n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
         feeds = partial(batch_feeds, n_feeds=n_feeds, loss_scale=not self._loss_in_model)
-        if self._backend == "portable":
+        if self._steps_class() is FusedSteps:
             self._steps = FusedSteps(
                 with_loss,
                 self.weights_,

@@ -111,6 +111,8 @@ class FusedSteps(DoubleBufferedSteps):
         For ``LearningRateAdamW``, which only the on-device API runs.
     """
 
+    large_sessions = 1
+
     def __init__(
         self,
         with_loss: onnx.ModelProto,

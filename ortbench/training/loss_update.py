@@ -77,7 +77,9 @@ class LossUpdateSteps(DoubleBufferedSteps):
         )
         self._buffers = buffers
         loss_model = loss.build_onnx_function()
-        self._loss_session = sessions.session(loss_model.SerializeToString(), "loss")
+        self._loss_session = sessions.session(
+            loss_model.SerializeToString(), "loss", one_thread=True
+        )
         stacked = buffers.on_cpu and buffers.has_state and not penalty.is_active()
         if stacked:
             (size,) = buffers.group_shapes["weights"]
@@ -86,7 +88,7 @@ class LossUpdateSteps(DoubleBufferedSteps):
             update_model = rate.build_onnx_function(
                 buffers.group_shapes, penalty, buffers.penalty_masks
             )
-        update = sessions.session(update_model.SerializeToString(), "update")
+        update = sessions.session(update_model.SerializeToString(), "update", one_thread=True)
         self.graphs = {**graphs, "loss": loss_model, "update": update_model}
         self._rate = rate
         self._step_scale = np.zeros((), dtype=np.float32)

@@ -59,6 +59,8 @@ class OnDeviceSteps:
         For another learning rate, or when onnxruntime cannot build the training graph.
     """
 
+    large_sessions = 1
+
     def __init__(
         self,
         with_loss: onnx.ModelProto,
@@ -121,7 +123,7 @@ class OnDeviceSteps:
                 os.path.join(folder, "optimizer_model.onnx"),
                 self._state,
                 self._device,
-                sessions.options("optimizer"),
+                sessions.options("optimizer", one_thread=True),
             )
         self._loss_out = np.zeros((), dtype=np.float32)
         self._loss_fetch = capi.value_vector([cpu_scalar(self._loss_out)])

@@ -185,21 +185,22 @@ def profiled_sessions(folder: str | os.PathLike) -> Iterator[None]:
 
 
 def session_options(
-    intra_op_threads: int | None = None, label: str = "session"
+    intra_op_threads: int | None = None, label: str = "session", spinning: bool = True
 ) -> onnxruntime.SessionOptions:
     """Session options shared by every session a trainer creates.
 
-    ``intra_op_threads=None`` keeps onnxruntime's default pool; small batches often run
-    faster on one thread because handing a tiny kernel to a pool costs more than it saves.
-    ``label`` names the session's profile file under :func:`profiled_sessions`.
+    ``intra_op_threads=None`` keeps onnxruntime's default pool (a thread per core,
+    spinning between kernels; ``spinning=False`` makes its threads sleep instead); small
+    batches often run faster on one thread because handing a tiny kernel to a pool costs
+    more than it saves. ``label`` names the session's profile file under
+    :func:`profiled_sessions`.
     """
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
     options.add_session_config_entry("session.set_denormal_as_zero", "1")
     if intra_op_threads is not None:
         options.intra_op_num_threads = intra_op_threads
-    if intra_op_threads != 1:
-        # pool threads that spin between runs steal the cores the next run needs
+    if not spinning:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if _profile_folder is not None:
         options.enable_profiling = True
@@ -216,19 +217,29 @@ class SessionMaker:
     device : str
         ``'cpu'``, ``'cuda'`` or ``'cuda:N'``.
     threads : int or None
-        Intra-op threads of every session (None: onnxruntime's default pool).
+        Intra-op threads of the sessions (None: onnxruntime's default pool), but for
+        those made with ``one_thread``.
     owner : str
         The prefix of every session's label (the trainer's class name), which names its
         profile file and its phases in ``steps.md``.
+    spinning : bool
+        Whether the pools' threads spin between kernels (see :func:`session_options`).
     """
 
     device: str
     threads: int | None
     owner: str
+    spinning: bool = True
 
-    def options(self, label: str) -> onnxruntime.SessionOptions:
-        """The options of the session ``label`` (see :func:`session_options`)."""
-        return session_options(self.threads, f"{self.owner}_{label}")
+    def options(self, label: str, one_thread: bool = False) -> onnxruntime.SessionOptions:
+        """The options of the session ``label`` (see :func:`session_options`).
+
+        ``one_thread`` runs it on the calling thread whatever ``threads`` says: for the
+        small element-wise sessions (loss, update) that run between the large ones, whose
+        own pool's spinning threads would take the cores from the large sessions' pool.
+        """
+        threads = 1 if one_thread else self.threads
+        return session_options(threads, f"{self.owner}_{label}", self.spinning)
 
     @property
     def providers(self) -> list:
@@ -240,9 +251,10 @@ class SessionMaker:
         """The C-level device (see :func:`ort_device`)."""
         return ort_device(self.device)
 
-    def session(self, model: bytes, label: str) -> capi.InferenceSession:
-        """A C-level session over the serialized ``model``, labelled ``label``."""
-        return capi.make_session(model, self.options(label), self.providers)
+    def session(self, model: bytes, label: str, one_thread: bool = False) -> capi.InferenceSession:
+        """A C-level session over the serialized ``model``, labelled ``label`` (see
+        :meth:`options` for ``one_thread``)."""
+        return capi.make_session(model, self.options(label, one_thread), self.providers)
 
 
 def quiet_logs() -> None:

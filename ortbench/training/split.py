@@ -39,6 +39,8 @@ class SplitSteps(LossUpdateSteps):
     Takes the parameters of :class:`~ortbench.training.loss_update.LossUpdateSteps`.
     """
 
+    large_sessions = 2
+
     def _build_passes(self, static: onnx.ModelProto, sessions: SessionMaker) -> dict:
         weights = self.weights
         self._input_name = next(i.name for i in static.graph.input if i.name not in weights)

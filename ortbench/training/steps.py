@@ -18,7 +18,7 @@ learning-rate schedule, divergence, validation, predict, export) is the trainer'
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import onnx
@@ -31,6 +31,9 @@ class Steps(Protocol):
 
     #: The graphs the steps run, by name (ModelProto or serialized bytes).
     graphs: dict[str, onnx.ModelProto | bytes]
+    #: How many sessions run the model's own work (forward, backward) in turn in each
+    #: step, each on its own intra-op pool (the trainers' thread policy depends on it).
+    large_sessions: ClassVar[int]
 
     def set_learning_rate(self, value: float) -> None:
         """Make the next steps use the learning rate ``value``."""
