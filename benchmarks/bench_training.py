@@ -102,8 +102,8 @@ THREAD_PARAMS = [
 
 class ThreadChoice:
     """One more epoch of the engine's trainers on one intra-op thread, on onnxruntime's
-    pool (every core, not spinning) and with ``'auto'``, on the regression MLP at three
-    sizes: what ``intra_op_threads='auto'`` should pick at each size (CPU only)."""
+    pool (every core) and with ``'auto'``, on the regression MLP at three sizes: what
+    ``intra_op_threads='auto'`` should pick at each size (CPU only)."""
 
     params = THREAD_PARAMS
     param_names = THREAD_PARAM_NAMES
