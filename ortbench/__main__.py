@@ -9,7 +9,9 @@ from .install import MissingRuntimeError
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; exit status 2 with one line on stderr when onnxruntime is missing.
+    """Run the command line; exit status 2 with one line on stderr when onnxruntime is
+    missing, 130 with one line when Ctrl-C comes before a command handles it (while the
+    libraries load, say).
 
     Parameters
     ----------
@@ -22,11 +24,15 @@ def main(argv: list[str] | None = None) -> int:
         The command's exit status.
     """
     try:
-        from .cli import main as run
-    except MissingRuntimeError as e:
-        print(f"ortbench: error: {e}", file=sys.stderr)
-        return 2
-    return run(argv)
+        try:
+            from .cli import main as run
+        except MissingRuntimeError as e:
+            print(f"ortbench: error: {e}", file=sys.stderr)
+            return 2
+        return run(argv)
+    except KeyboardInterrupt:
+        print("ortbench: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -252,3 +252,22 @@ def test_a_signal_during_a_scikit_learn_fit_stops_the_run(tmp_path, signum):
     assert np.isfinite(results.seconds_per_step[0]) and np.isnan(results.seconds_per_step[1])
     assert len(read_records(folder)[0]["seconds_per_step_samples"]) == 10
     assert "| 32 | sklearn-mlp-sgd |" in (folder / "summary.md").read_text()
+
+
+def test_ctrl_c_while_the_libraries_load_is_one_line(tmp_path):
+    """SIGINT half a second after start lands while onnxruntime, scikit-learn, pandas and
+    torch load, before any command handles it: one line and exit 130, no traceback."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ortbench", "bench", "--quick", "--out", str(tmp_path)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    errors = process.stderr.read()
+    assert process.wait(timeout=60) == 130, errors
+    assert "Traceback" not in errors
+    assert errors.strip().splitlines()[-1].startswith("ortbench:")
