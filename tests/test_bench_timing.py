@@ -264,6 +264,8 @@ def test_ctrl_c_while_the_libraries_load_is_one_line(tmp_path):
         stdout=subprocess.DEVNULL,
         text=True,
         env=env,
+        # a test run in the background inherits SIGINT ignored, and so would the command
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(0.5)
     process.send_signal(signal.SIGINT)
