@@ -223,6 +223,10 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
         short = _durations(results, sides, order, [SHORT_EPOCHS] * len(results))
         if not long_epochs:
             long_epochs = [_long_epochs(short, k, config) for k in range(len(results))]
+            for paired, epochs in zip(results, long_epochs):
+                for result in paired.sides.values():
+                    if result.ok:
+                        result.row["timing"] = TIMING.format(short=SHORT_EPOCHS, long=epochs)
         long = _durations(results, sides, order, long_epochs)
         for k, paired in enumerate(results):
             for name in order:
@@ -237,7 +241,6 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
                 result.samples.append(per_step)
                 result.overheads.append(per_fit)
                 result.fits.append(long[k, name] / (long_epochs[k] * steps))
-                result.row["timing"] = TIMING.format(short=SHORT_EPOCHS, long=long_epochs[k])
     for paired in results:
         for name, result in paired.sides.items():
             if not result.ok:

@@ -292,27 +292,27 @@ def _timed_fits(
     """The short and long fits' durations of each contender, round after round, and the
     epochs of its long fits; a contender whose fit breaks gets a failed status and becomes
     None in ``contenders``."""
-    durations = [([], [], 0) for _ in contenders]
+    shorts, longs = [[] for _ in contenders], [[] for _ in contenders]
+    long_epochs = [0] * len(contenders)
     for _ in range(config.repeat):
-        for which in (0, 1):
+        for durations in (shorts, longs):
             for k, contender in enumerate(contenders):
                 if contender is None:
                     continue
-                shorts, longs, long_epochs = durations[k]
-                if which == 1 and not long_epochs:
-                    long_epochs = SHORT_EPOCHS + extra_epochs(shorts[0], config.epochs)
-                    durations[k] = shorts, longs, long_epochs
-                    rows[k]["timing"] = TIMING.format(short=SHORT_EPOCHS, long=long_epochs)
+                if durations is longs and not long_epochs[k]:
+                    long_epochs[k] = SHORT_EPOCHS + extra_epochs(shorts[k][0], config.epochs)
+                    rows[k]["timing"] = TIMING.format(short=SHORT_EPOCHS, long=long_epochs[k])
+                epochs = long_epochs[k] if durations is longs else SHORT_EPOCHS
                 try:
-                    seconds = contender.time_fit(long_epochs if which else SHORT_EPOCHS)
+                    seconds = contender.time_fit(epochs)
                 except Exception as e:
                     rows[k]["status"] = f"failed: {_first_line(e)}"
                     contenders[k] = None
                     continue
                 wait_until_quiet()  # its spinning threads off the next fit
                 _check(interrupted)
-                durations[k][which].append(seconds)
-    return durations
+                durations[k].append(seconds)
+    return list(zip(shorts, longs, long_epochs))
 
 
 def run_matrix(

@@ -76,9 +76,8 @@ QUIET_LIMIT = 1.0
 def wait_until_quiet() -> float:
     """Sleep until no thread of this process is running; return the seconds waited.
 
-    After a call, BLAS and OpenMP pools keep their threads spinning for a while
-    (scikit-learn's OpenBLAS about 150 ms, torch's OpenMP about 10 ms, measured on 2
-    cores), on cores that the next contender's fit would need. Waiting until the
+    After a call, BLAS and OpenMP pools keep their threads spinning for a while (how long:
+    ``docs/benchmarks.md``), on cores that the next contender's fit would need. Waiting until the
     process's CPU time stops growing (under a tenth of a :data:`QUIET_WINDOW` per window,
     at most :data:`QUIET_LIMIT` in all) before the next fit starts keeps every contender's
     threads off every other contender's fits.
