@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import sys
 
-from .install import MissingRuntimeError
-
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; exit status 2 with one line on stderr when onnxruntime is
@@ -23,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     int
         The command's exit status.
     """
+    # every import, this package's own included, runs inside the handler: a Ctrl-C that
+    # lands while one loads would otherwise end the process by SIGINT (status -2)
     try:
+        from .install import MissingRuntimeError
+
         try:
             from .cli import main as run
         except MissingRuntimeError as e:

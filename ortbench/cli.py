@@ -2,10 +2,12 @@
 ``ab`` times two checkouts side by side, ``profile`` profiles one contender, ``report``
 writes a run folder's ``index.html``.
 
-Exit status: 0 success; 1 ``compare`` or ``ab`` found a regression or a failure; 2 bad
-input, an unusable output or a write error (one line on stderr), or a ``bench`` run in which
-no cell could run; 3 ``compare`` or ``ab`` had nothing to compare; 130 interrupted (SIGINT
-or SIGTERM).
+Exit status: 0 success; 1 ``compare`` or ``ab`` found a regression or a failure, or a
+``bench`` cell failed or was unstable (``--keep-going``: 0); 2 bad input, an unusable output
+or a write error (one line on stderr), or a ``bench`` run in which no cell could run; 3
+``compare`` or ``ab`` had nothing to compare; 4 ``compare`` found a regression that the
+machine's drift between the runs could explain, and nothing worse (inconclusive); 130
+interrupted (SIGINT or SIGTERM).
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from .bench.calibration import write_calibration
 from .bench.checkouts import DEFAULT_CACHE, checkout
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
-from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
+from .bench.matrix import (
+    DEVICES,
+    QUICK,
+    UNSTABLE,
+    BenchConfig,
+    Cell,
+    run_id_now,
+    run_matrix,
+)
 from .bench.problems import PROBLEMS, make_problem, parse_hidden, problem_name, sized_problems
 from .bench.store import (
     KEYS,
@@ -39,7 +49,7 @@ from .profiling.driver import ProfileRequest, profile
 from .progress import Progress
 from .report.compare_page import write_comparison_html
 from .report.html import write_index
-from .report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, min_pvalue
+from .report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, blocks, min_pvalue
 from .report.plots import write_plots
 from .report.resultsets import load_result_set
 from .report.scaling import write_scaling_plot
@@ -51,6 +61,7 @@ from .training import OrtBenchError
 EXIT_FAILING = 1
 EXIT_USAGE = 2
 EXIT_NOTHING = 3
+EXIT_INCONCLUSIVE = 4
 EXIT_INTERRUPTED = 130
 
 
@@ -128,8 +139,16 @@ def _bench(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     statuses = [record["status"] for record in read_records(folder)]
-    if "ok" not in statuses:
+    if "ok" not in statuses and not any(s.startswith(UNSTABLE) for s in statuses):
         raise OrtBenchError(f"no cell could run ({statuses[0] if statuses else 'no cells'})")
+    bad = [s for s in statuses if s.startswith(("failed", UNSTABLE))]
+    if bad and not args.keep_going:
+        print(
+            f"ortbench bench: {len(bad)} cells failed or unstable (see {folder / SUMMARY_MD}); "
+            "--keep-going exits 0 on them",
+            file=sys.stderr,
+        )
+        return EXIT_FAILING
     return 0
 
 
@@ -139,7 +158,7 @@ def _ab(args: argparse.Namespace) -> int:
     if not 0 <= args.warn <= args.threshold:
         raise OrtBenchError(f"--warn must be between 0 and --threshold, got {args.warn}")
     args.repeat = args.repeat or AB_REPEAT
-    if min_pvalue(args.repeat) >= ALPHA:
+    if min_pvalue(blocks(args.repeat)) >= ALPHA:
         raise OrtBenchError(
             f"--repeat {args.repeat} is too few pairs for the paired test to reach p < {ALPHA}"
         )
@@ -309,6 +328,9 @@ def _compare(args: argparse.Namespace) -> int:
     if args.html:
         write_comparison_html(comparison, args.html)
     print(text)
+    if comparison.inconclusive:
+        print("ortbench: inconclusive: re-run with ortbench ab", file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     return EXIT_FAILING if comparison.failing else 0
 
 
@@ -359,14 +381,20 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
     _add_own_model_options(bench)
     bench.add_argument("--out", default="reports", help="parent folder of the run folder")
+    bench.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="exit 0 even when cells failed or were unstable (default: exit 1)",
+    )
     bench.set_defaults(func=_bench)
 
     comparison = commands.add_parser(
         "compare",
         help="judge HEAD against BASE",
         description="Compare two asv result files or two ortbench bench run folders and "
-        "write a markdown report. Exit 1 when anything regressed or failed, 3 when there "
-        "is nothing to compare.",
+        "write a markdown report. Its verdicts are indicative (separate runs): gate on "
+        "ortbench ab. Exit 1 when anything regressed or failed, 3 when there is nothing to "
+        "compare, 4 when a regression could be the machine's drift (inconclusive).",
     )
     comparison.add_argument("base", metavar="BASE")
     comparison.add_argument("head", metavar="HEAD")
@@ -450,9 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        The exit status: 0 success; 1 ``compare`` found a regression or a failure; 2 bad
-        input (one line on stderr); 3 ``compare`` had nothing to compare; 130
-        interrupted.
+        The exit status (see the module's docstring): 0 success; 1 a regression, a
+        failure or an unstable cell; 2 bad input (one line on stderr); 3 nothing to
+        compare; 4 inconclusive; 130 interrupted.
     """
     args = _parser().parse_args(argv)
     try:

@@ -6,12 +6,14 @@ import importlib.util
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from ortbench.bench import matrix
+from ortbench.bench.contenders import Contender
 from ortbench.bench.matrix import BenchConfig, run_matrix
 from ortbench.bench.problems import make_problem
 from ortbench.bench.store import COLUMNS, LOSS_CURVES_CSV, RESULTS_CSV, ResultsWriter, read_records
@@ -232,3 +234,53 @@ def test_timed_fits_of_a_group_are_interleaved(tmp_path, monkeypatch):
     short = [("ort-fwbw", 1), ("sklearn-mlp-sgd", 1)]
     long = [("ort-fwbw", lengths["ort-fwbw"]), ("sklearn-mlp-sgd", lengths["sklearn-mlp-sgd"])]
     assert order == (short + long) * 3
+
+
+class Allocator(Contender):
+    """A contender whose first fit allocates ``MB`` megabytes in 64 kB blocks (the heap's
+    own memory, not a mapping of their own) and frees them; its timed fits do nothing."""
+
+    name = "allocator"
+    MB = 40
+
+    def _fit(self, epochs: int) -> list[float]:
+        blocks = [bytearray(64 * 1024) for _ in range(16 * self.MB)]
+        del blocks
+        return [1.0] * epochs
+
+    def _continue(self, epochs: int) -> None:
+        pass
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.zeros(len(X))
+
+
+class Pinner(Allocator):
+    """A contender that frees 100 MB of heap under a block it keeps: the heap holds the
+    freed memory, resident, for whoever allocates next."""
+
+    name = "pinner"
+
+    def _fit(self, epochs: int) -> list[float]:
+        blocks = [bytearray(64 * 1024) for _ in range(16 * 100)]
+        self.pin = bytearray(64 * 1024)
+        del blocks
+        return [1.0] * epochs
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux only")
+def test_peak_memory_does_not_depend_on_the_contender_before(tmp_path, monkeypatch):
+    monkeypatch.setitem(matrix.CONTENDERS, "allocator", Allocator)
+    monkeypatch.setitem(matrix.CONTENDERS, "pinner", Pinner)
+    peaks = {}
+    for order in (("allocator",), ("pinner", "allocator")):
+        config = BenchConfig(
+            contenders=order, problems=("linear",), datasets=("diabetes",),
+            batch_sizes=(32,), devices=("cpu",), epochs=1, repeat=1,
+        )  # fmt: skip
+        folder = tmp_path / "-".join(order)
+        run_matrix(config, ResultsWriter(folder), "memory")
+        peaks[order] = {r["contender"]: r["peak_memory_mb"] for r in read_records(folder)}
+    alone, after = peaks[("allocator",)]["allocator"], peaks[("pinner", "allocator")]["allocator"]
+    assert alone > 0.75 * Allocator.MB
+    assert after == pytest.approx(alone, rel=0.2)

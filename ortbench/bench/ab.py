@@ -25,7 +25,7 @@ import numpy as np
 from ..training import OrtBenchError
 from . import ab_worker
 from .checkouts import Checkout
-from .contenders.base import SHORT_EPOCHS, extra_epochs, slope
+from .contenders.base import SHORT_EPOCHS, long_fit_epochs, slope
 from .interruption import interruptible
 from .matrix import MIN_BATCHES, TIMING, BenchConfig, Cell, _problem, _row, cells
 from .problems import make_problem
@@ -191,19 +191,26 @@ def _durations(
     return durations
 
 
-def _long_epochs(short: dict[tuple[int, str], float], k: int, config: BenchConfig) -> int:
-    """The epochs of cell ``k``'s long fits, from the quicker side's first short fit."""
-    seconds = [duration for (j, _), duration in short.items() if j == k]
-    return SHORT_EPOCHS + (extra_epochs(min(seconds), config.epochs) if seconds else config.epochs)
+def _long_epochs(paired: PairedCell, sides: dict[str, Side], config: BenchConfig) -> int:
+    """The epochs of a cell's long fits, the same on both sides: sized by timing fits on
+    both until the long one outlasts the short one by the target on each side
+    (:func:`~.contenders.base.long_fit_epochs`)."""
+
+    def time_fits(epochs: int) -> dict:
+        durations = _durations([paired], sides, (BASE, HEAD), [epochs])
+        return {name: seconds for (_, name), seconds in durations.items()}
+
+    return long_fit_epochs(time_fits, config.epochs)
 
 
 def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side]) -> list:
     """Run cells that differ only by contender on both sides, timed fits alternated.
 
-    Every cell is prepared (built, fitted once, scored) on both sides. Then each round
-    times a short fit (``SHORT_EPOCHS`` epochs) of every cell on both sides, then a long
-    one, as ``bench`` does: ``extra_epochs(...)`` epochs more, chosen from the quicker side's
-    first short fit and the same on both sides. The sides take turns in the
+    Every cell is prepared (built, fitted once, scored) on both sides, and the length of
+    its long fits sized on both (``epochs`` or more epochs more than the short fit, enough
+    to outlast it by :data:`~.contenders.base.MIN_EXTRA_SECONDS` on each side; the same on
+    both). Then each round times a short fit (``SHORT_EPOCHS`` epochs) of every cell on both
+    sides, then a long one, as ``bench`` does. The sides take turns in the
     order ``alternation(repeat)[k]`` in round ``k``. A round's sample of a side is the
     slope between its two fits: the time per step without what a fit pays once. A side
     whose cell failed or could not run is skipped; a fit that breaks marks it failed.
@@ -218,15 +225,13 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
         PairedCell(cell, {name: _prepare(side, cell, config) for name, side in sides.items()})
         for cell in group
     ]
-    long_epochs = []
+    long_epochs = [_long_epochs(paired, sides, config) for paired in results]
+    for paired, epochs in zip(results, long_epochs):
+        for result in paired.sides.values():
+            if result.ok:
+                result.row["timing"] = TIMING.format(short=SHORT_EPOCHS, long=epochs)
     for order in alternation(config.repeat):
         short = _durations(results, sides, order, [SHORT_EPOCHS] * len(results))
-        if not long_epochs:
-            long_epochs = [_long_epochs(short, k, config) for k in range(len(results))]
-            for paired, epochs in zip(results, long_epochs):
-                for result in paired.sides.values():
-                    if result.ok:
-                        result.row["timing"] = TIMING.format(short=SHORT_EPOCHS, long=epochs)
         long = _durations(results, sides, order, long_epochs)
         for k, paired in enumerate(results):
             for name in order:
@@ -251,9 +256,10 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
     return results
 
 
-#: Timed fits per side and cell unless ``--repeat`` says otherwise: enough pairs for the
-#: signed-rank test to decide (see :func:`ortbench.report.paired.min_pvalue`).
-AB_REPEAT = 24
+#: Timed fits per side and cell unless ``--repeat`` says otherwise: 16 blocks of two
+#: rounds, enough for the signed-rank test to decide once its p-values are adjusted over
+#: the cells of a run (see :func:`ortbench.report.paired.min_pvalue`).
+AB_REPEAT = 32
 #: What ``ab.json`` in an A/B run folder holds: each side's ref, commit, tree, environment.
 AB_JSON = "ab.json"
 

@@ -1,18 +1,17 @@
 """The calibration: fixed workloads every bench run times, so that two runs made apart can
 tell a slower machine from slower code.
 
-Three probes, timed like the cells of a group: each is prepared once, then in each of
-``repeat`` rounds every probe gets one untimed warm-up and one timed run, in turn.
+Two probes of the machine alone, timed like the cells of a group: each is prepared once,
+then in each of ``repeat`` rounds every probe gets one untimed warm-up and one timed run,
+in turn. No contender is a probe: the change under test could move it.
 
 - ``numpy-matmul``: one float32 matrix product, 256 x 256 by 256 x 256, on one BLAS
   thread (a pool of threads on a busy machine measures contention more than speed);
 - ``ort-one-node``: 200 runs of a one-node onnxruntime graph (:func:`one_matmul_graph`)
-  through IOBinding on one thread, the cost that dominates small training steps;
-- the baseline contender (``sklearn-mlp-sgd`` on ``mlp`` / ``make_regression`` at batch
-  15): one epoch's wall time per step.
+  through IOBinding on one thread, the cost that dominates small training steps.
 
 ``calibration.json`` in the run folder holds each probe's samples (seconds per product,
-per graph run, per step), taken before and after the run's cells. ``ortbench compare`` reads it (:mod:`ortbench.report.drift`).
+per graph run), taken before and after the run's cells. ``ortbench compare`` reads it (:mod:`ortbench.report.drift`).
 """
 
 from __future__ import annotations
@@ -30,17 +29,13 @@ from ..training import OrtBenchError
 from ..training.capi import Binding, make_session
 from ..training.graph_builder import GraphBuilder
 from ..training.runtime import cpu_scalar, session_options
-from .contenders import BASELINE, make_contender
-from .problems import make_problem
 
 CALIBRATION_JSON = "calibration.json"
 NUMPY_PROBE = "numpy-matmul"
 ORT_PROBE = "ort-one-node"
-#: The probes that measure the machine alone (the baseline contender measures it too,
-#: through code that a change under test could touch).
+#: The probes: they measure the machine alone, through no code a change under test touches
+#: (older runs' calibrations also hold the baseline contender, which drift leaves out).
 MACHINE_PROBES = (NUMPY_PROBE, ORT_PROBE)
-#: The baseline contender's cell.
-BASELINE_CELL = {"problem": "mlp", "dataset": "make_regression", "batch_size": 15}
 _SIZE = 256
 _ORT_RUNS = 200
 _ORT_SIZE = 32
@@ -91,15 +86,6 @@ class _OrtLoop:
         return (time.perf_counter() - start) / _ORT_RUNS
 
 
-def _baseline_probe() -> Callable[[], float]:
-    problem = make_problem(BASELINE_CELL["problem"], BASELINE_CELL["dataset"])
-    contender = make_contender(BASELINE, problem, BASELINE_CELL["batch_size"]).fit(1)
-    steps = problem.steps_per_epoch(BASELINE_CELL["batch_size"])
-    # one epoch's wall time per step: always positive, which a slope on a busy machine
-    # is not, and the fit's fixed cost is the same code in both runs
-    return lambda: contender.time_fit(1) / steps
-
-
 def calibrate(repeat: int) -> dict[str, list[float]]:
     """Time the probes, interleaved, ``repeat`` times each.
 
@@ -111,9 +97,9 @@ def calibrate(repeat: int) -> dict[str, list[float]]:
     Returns
     -------
     dict
-        Probe name -> its ``repeat`` times (seconds per product, graph run or step).
+        Probe name -> its ``repeat`` times (seconds per product or graph run).
     """
-    probes = {NUMPY_PROBE: _numpy_probe(), ORT_PROBE: _OrtLoop(), BASELINE: _baseline_probe()}
+    probes = {NUMPY_PROBE: _numpy_probe(), ORT_PROBE: _OrtLoop()}
     samples: dict[str, list[float]] = {name: [] for name in probes}
     for _ in range(repeat):
         for name, run in probes.items():

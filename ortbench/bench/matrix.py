@@ -18,7 +18,15 @@ import numpy as np
 
 from ..training import OrtBenchError
 from .contenders import CONTENDERS, Contender, Unavailable, make_contender
-from .contenders.base import SHORT_EPOCHS, extra_epochs, settled_heap, slope, wait_until_quiet
+from .contenders.base import (
+    QUIET_LIMIT,
+    SHORT_EPOCHS,
+    long_fit_epochs,
+    settled_heap,
+    slope,
+    unstable,
+    wait_until_quiet,
+)
 from .datasets import GENERATED, VALIDATION_FRACTION
 from .interruption import interruptible
 from .machine import available_devices, machine, versions
@@ -31,6 +39,10 @@ DEVICES = ("cpu", "cuda")
 MIN_BATCHES = 8
 #: How the time per step was measured (the ``timing`` column).
 TIMING = "slope between {short}- and {long}-epoch fits"
+#: The status of a cell whose slopes are no measurement (see ``contenders.base.unstable``).
+UNSTABLE = "unstable"
+#: Added to ``timing`` when the wait for quiet before a fit gave up (other threads still ran).
+QUIET_TIMEOUT = "; quiet wait gave up after {count} fits ({limit:g} s each)"
 
 
 @dataclass(frozen=True)
@@ -219,16 +231,18 @@ def run_group(
     Every contender is fitted once first. Then each of the ``repeat`` rounds times a short
     fit (``SHORT_EPOCHS`` epochs) of every contender in turn, then a long fit of every
     contender in turn, all continuing from the trained weights. A contender's long fit runs
-    ``extra_epochs(...)`` more epochs than its short one, chosen from its first short fit:
-    ``epochs`` or more, enough to last :data:`~.contenders.base.MIN_EXTRA_SECONDS` longer
-    (the ``timing`` column says how many). Each fit starts once the threads of the one
+    ``epochs`` or more epochs more than its short one, sized before the rounds by timing
+    fits until it lasts at least :data:`~.contenders.base.MIN_EXTRA_SECONDS` longer
+    (:func:`~.contenders.base.long_fit_epochs`; the ``timing`` column says how many). Each fit starts once the threads of the one
     before have stopped spinning (:func:`~.contenders.base.wait_until_quiet`). The round's
     sample of a cell is the slope between its two fits
     (:func:`~.contenders.base.slope`): its time per step without what a fit pays once,
     which the row keeps apart as ``seconds_per_fit_overhead``. Both fits of a contender
     start after another contender's fit, so the cache misses at a fit's start cancel out
     too. A drift of the machine's speed during the group touches every contender alike,
-    which keeps their ratios honest on a noisy machine.
+    which keeps their ratios honest on a noisy machine. A cell whose slopes are no
+    measurement (:func:`~.contenders.base.unstable`) keeps them, with the status
+    "unstable: <reason>".
 
     Raises
     ------
@@ -279,6 +293,9 @@ def _finish(
         seconds_per_step_max=max(times),
         seconds_per_fit_overhead=float(np.median([p[1] for p in pairs])),
     )
+    reason = unstable(times)
+    if reason is not None:
+        row["status"] = f"{UNSTABLE}: {reason}"
     counts = contender.runtime_counts()
     _check(interrupted)
     if counts is not None:
@@ -290,28 +307,46 @@ def _timed_fits(
     contenders: list, config: BenchConfig, rows: list[dict], interrupted: Callable[[], bool]
 ) -> list[tuple[list[float], list[float], int]]:
     """The short and long fits' durations of each contender, round after round, and the
-    epochs of its long fits; a contender whose fit breaks gets a failed status and becomes
-    None in ``contenders``."""
+    epochs of its long fits (sized first, see :func:`~.contenders.base.long_fit_epochs`); a
+    contender whose fit breaks gets a failed status and becomes None in ``contenders``. A
+    row's ``timing`` says after how many of its fits the wait for quiet gave up."""
     shorts, longs = [[] for _ in contenders], [[] for _ in contenders]
+    gave_up = [0] * len(contenders)
+
+    def timed(k: int, epochs: int) -> float | None:
+        try:
+            seconds = contenders[k].time_fit(epochs)
+        except Exception as e:
+            rows[k]["status"] = f"failed: {_first_line(e)}"
+            contenders[k] = None
+            return None
+        if wait_until_quiet() >= QUIET_LIMIT:  # its spinning threads off the next fit
+            gave_up[k] += 1
+        _check(interrupted)
+        return seconds
+
     long_epochs = [0] * len(contenders)
+    for k in range(len(contenders)):
+        if contenders[k] is None:
+            continue
+
+        def time_fits(epochs: int, k: int = k) -> dict:
+            seconds = timed(k, epochs) if contenders[k] is not None else None
+            return {} if seconds is None else {k: seconds}
+
+        long_epochs[k] = long_fit_epochs(time_fits, config.epochs)
+        rows[k]["timing"] = TIMING.format(short=SHORT_EPOCHS, long=long_epochs[k])
     for _ in range(config.repeat):
         for durations in (shorts, longs):
             for k, contender in enumerate(contenders):
                 if contender is None:
                     continue
-                if durations is longs and not long_epochs[k]:
-                    long_epochs[k] = SHORT_EPOCHS + extra_epochs(shorts[k][0], config.epochs)
-                    rows[k]["timing"] = TIMING.format(short=SHORT_EPOCHS, long=long_epochs[k])
-                epochs = long_epochs[k] if durations is longs else SHORT_EPOCHS
-                try:
-                    seconds = contender.time_fit(epochs)
-                except Exception as e:
-                    rows[k]["status"] = f"failed: {_first_line(e)}"
-                    contenders[k] = None
-                    continue
-                wait_until_quiet()  # its spinning threads off the next fit
-                _check(interrupted)
-                durations[k].append(seconds)
+                seconds = timed(k, long_epochs[k] if durations is longs else SHORT_EPOCHS)
+                if seconds is not None:
+                    durations[k].append(seconds)
+    for row, count in zip(rows, gave_up):
+        if count:
+            row["timing"] += QUIET_TIMEOUT.format(count=count, limit=QUIET_LIMIT)
     return list(zip(shorts, longs, long_epochs))
 
 

@@ -1,13 +1,14 @@
 """Drift between two runs made apart: did the machine, rather than the code, change speed?
 
 Every ``ortbench bench`` run records a calibration (:mod:`ortbench.bench.calibration`):
-a numpy matrix product, a one-node onnxruntime loop and the baseline contender, each
-timed ``repeat`` times. Comparing two runs, each probe's change is the ratio of its
-medians, HEAD / BASE. The calibration moved when a machine probe's samples differ by a
-two-sided Mann-Whitney U test (p < :data:`P_DRIFT`) and by more than :data:`FLOOR`.
-Then the times are judged normalised by the calibration (HEAD divided by the geometric
-mean of the machine probes' ratios), and a regression that the largest of the probes'
-ratios (the baseline contender's included) could explain becomes ``drift?``.
+a numpy matrix product and a one-node onnxruntime loop, each timed ``repeat`` times; only
+these machine probes measure drift, never a contender, which the change under test could
+move. Comparing two runs, each probe's change is the ratio of its medians, HEAD / BASE.
+The calibration moved when a probe's samples differ by a two-sided Mann-Whitney U test
+(p < :data:`P_DRIFT`) and by more than :data:`FLOOR`. Then the times are judged normalised
+by the calibration (HEAD divided by the geometric mean of the probes' ratios), and a
+regression that the largest probe ratio could explain becomes ``drift?``: inconclusive,
+neither passed nor failed (``ortbench compare`` exits 4 and asks for ``ortbench ab``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ FLOOR = 0.03
 class Drift:
     """How much slower HEAD's run found the machine than BASE's, per probe."""
 
-    #: probe -> median HEAD / median BASE
+    #: machine probe -> median HEAD / median BASE
     ratios: dict[str, float]
     #: True when a machine probe changed beyond its noise
     moved: bool
@@ -41,7 +42,7 @@ class Drift:
     @property
     def factor(self) -> float:
         """The machine's change: the geometric mean of the machine probes' ratios."""
-        logs = [math.log(self.ratios[p]) for p in MACHINE_PROBES if p in self.ratios]
+        logs = [math.log(r) for r in self.ratios.values()]
         return math.exp(sum(logs) / len(logs)) if logs else 1.0
 
     def describe(self) -> str:
@@ -52,7 +53,7 @@ class Drift:
         return (
             f"**Machine drift: the calibration ran {self.factor:.2f}x as long in HEAD as in "
             f"BASE** ({probes}): times are judged divided by {self.factor:.2f}; a "
-            f"regression the drift could explain is marked {DRIFT}."
+            f"regression the drift could explain is marked {DRIFT} (inconclusive)."
         )
 
     def normalise(self, m: Measurement) -> Measurement:
@@ -91,14 +92,14 @@ def measure_drift(base: ResultSet, head: ResultSet) -> Drift | None:
     if not base.calibration or not head.calibration:
         return None
     ratios, moved = {}, False
-    for probe, before in base.calibration.items():
-        after = head.calibration.get(probe)
+    for probe in MACHINE_PROBES:
+        before, after = base.calibration.get(probe), head.calibration.get(probe)
         if not before or not after:
             continue
         ratios[probe] = float(np.median(after) / np.median(before))
-        if probe in MACHINE_PROBES and abs(math.log(ratios[probe])) > math.log(1 + FLOOR):
+        if abs(math.log(ratios[probe])) > math.log(1 + FLOOR):
             p = stats.mannwhitneyu(before, after, alternative="two-sided").pvalue
             moved = moved or p < P_DRIFT
-    if not any(p in ratios for p in MACHINE_PROBES):
+    if not ratios:
         return None
     return Drift(ratios, moved)

@@ -1,18 +1,22 @@
-"""Paired statistics for A/B runs: each HEAD fit against the BASE fits timed next to it.
+"""Paired statistics for A/B runs: HEAD's timed fits against BASE's, block by block.
 
-``ortbench ab`` times the fits of one cell alternately on both sides (A B B A A B ...).
-A drift of the machine's speed then moves neighbouring fits alike, so the ratio of a
-HEAD fit to its neighbouring BASE fits is free of it where the ratio of two medians is
-not. The verdict rests on those ratios: a Wilcoxon signed-rank test of their logarithms
-against 0 (exact at the repeat counts used here, where it can decide from 10 pairs on)
-and their median against the ``--threshold`` minimum effect.
+``ortbench ab`` times the fits of one cell alternately on both sides, two rounds making a
+block: A B B A, A B B A, ... (:func:`~ortbench.bench.ab.alternation`). Within a block
+both sides hold the same mean place, so a linear drift of the machine's speed lands on
+both alike, and the ratio of HEAD's fits to BASE's fits in that block is free of it where
+the ratio of two medians is not. Blocks share no fit, so their ratios are independent
+units: a Wilcoxon signed-rank test of their logarithms against 0 (exact at the counts
+used here) gives each cell's p-value. A run tests many cells: the p-values of all its
+cells are adjusted together (Benjamini-Hochberg) before any is compared with
+:data:`ALPHA`, and the block ratios' median is held against the ``--threshold`` minimum
+effect.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +26,6 @@ from ..bench.ab import BASE, FITS, HEAD, POSITIONS, SIDE
 from ..bench.store import KEYS, SAMPLES, read_records
 from ..training import OrtBenchError
 from .resultsets import COUNT, Measurement
-from .significance import P_THRESHOLD
 from .units import format_value
 from .verdicts import (
     FAILED,
@@ -40,66 +43,69 @@ from .verdicts import (
 
 #: The report an A/B run folder holds.
 AB_MD = "ab.md"
-#: Two-sided p-value of the signed-rank test under which the ratios differ from 1: the
-#: level of ``compare``'s tests.
-ALPHA = P_THRESHOLD
+#: The false discovery rate of a run's time verdicts: a cell's change counts when its
+#: p-value, adjusted over every cell of the run (Benjamini-Hochberg), is under it.
+ALPHA = 0.02
+#: Places in a cell's order of fits that one block spans: two rounds of both sides.
+BLOCK = 4
 
 
-def neighbour_ratios(sides: Sequence[str], seconds: Sequence[float]) -> list[float]:
-    """The ratio of each HEAD fit to its neighbouring BASE fits.
+def block_ratios(
+    sides: Sequence[str], seconds: Sequence[float], positions: Sequence[int]
+) -> list[float]:
+    """One ratio per block of two rounds (A B B A): HEAD's fits over BASE's.
 
     Parameters
     ----------
     sides : sequence of str
-        ``BASE`` or ``HEAD`` for each timed fit of one cell, in the order they ran.
+        ``BASE`` or ``HEAD`` for each timed fit of one cell.
     seconds : sequence of float
-        The time of each of those fits. Times that are not positive (a slope lost in the
-        noise) are left out.
+        The time of each of those fits. Times that are not positive are left out.
+    positions : sequence of int
+        Each fit's place in the cell's order of fits (both sides counted): places
+        ``4 j`` to ``4 j + 3`` make block ``j``.
 
     Returns
     -------
     list of float
-        For each HEAD fit in order, its time over the geometric mean of the nearest BASE
-        fit before it and the nearest after it (only one of them at either end); empty
-        when a side has no positive time.
+        For each block, in order, that holds a positive time of both sides: the geometric
+        mean of its HEAD times over the geometric mean of its BASE times. A last block of
+        one round (an odd number of rounds) counts too.
 
     Raises
     ------
     ValueError
         When the lengths differ.
     """
-    if len(sides) != len(seconds):
-        raise ValueError(f"{len(sides)} sides for {len(seconds)} times")
-    kept = [(side, t) for side, t in zip(sides, seconds) if t > 0]
-    sides, seconds = [side for side, _ in kept], [t for _, t in kept]
-    base = [k for k, side in enumerate(sides) if side == BASE]
-    if not base:
-        return []
-    ratios = []
-    for k, side in enumerate(sides):
-        if side != HEAD:
-            continue
-        before = [j for j in base if j < k][-1:]
-        after = [j for j in base if j > k][:1]
-        logs = [math.log(seconds[j]) for j in before + after]
-        ratios.append(seconds[k] / math.exp(sum(logs) / len(logs)))
-    return ratios
+    if not len(sides) == len(seconds) == len(positions):
+        raise ValueError(f"{len(sides)} sides, {len(seconds)} times, {len(positions)} places")
+    logs: dict[int, dict[str, list[float]]] = {}
+    for side, t, position in zip(sides, seconds, positions):
+        if t > 0:
+            logs.setdefault(position // BLOCK, {BASE: [], HEAD: []})[side].append(math.log(t))
+    return [
+        math.exp(float(np.mean(block[HEAD])) - float(np.mean(block[BASE])))
+        for _, block in sorted(logs.items())
+        if block[BASE] and block[HEAD]
+    ]
 
 
 @dataclass(frozen=True)
 class PairedTest:
-    """What the paired ratios of one cell say."""
+    """What the block ratios of one cell say."""
 
-    #: HEAD / neighbouring BASE, one per HEAD fit
+    #: HEAD / BASE, one per block
     ratios: tuple[float, ...]
     #: their median: the change the verdict reports
     ratio: float
     #: two-sided p-value of the signed-rank test of log(ratio) against 0
     pvalue: float
+    #: ``pvalue`` adjusted over every cell of the run (itself when tested alone)
+    adjusted: float | None = None
 
     @property
     def significant(self) -> bool:
-        return self.pvalue < ALPHA
+        return (self.pvalue if self.adjusted is None else self.adjusted) < ALPHA
 
 
 def paired_test(ratios: Sequence[float]) -> PairedTest:
@@ -108,7 +114,7 @@ def paired_test(ratios: Sequence[float]) -> PairedTest:
     Parameters
     ----------
     ratios : sequence of float
-        Paired ratios HEAD / BASE (see :func:`neighbour_ratios`), all positive.
+        Independent ratios HEAD / BASE (see :func:`block_ratios`), all positive.
 
     Returns
     -------
@@ -122,9 +128,23 @@ def paired_test(ratios: Sequence[float]) -> PairedTest:
     return PairedTest(tuple(ratios), float(np.exp(np.median(logs))), pvalue)
 
 
+def adjusted(tests: Sequence[PairedTest]) -> list[PairedTest]:
+    """The tests with their p-values adjusted together for the false discovery rate
+    (Benjamini-Hochberg: ``scipy.stats.false_discovery_control``)."""
+    if not tests:
+        return []
+    pvalues = stats.false_discovery_control([t.pvalue for t in tests], method="bh")
+    return [replace(t, adjusted=float(p)) for t, p in zip(tests, pvalues)]
+
+
 def min_pvalue(n: int) -> float:
-    """The smallest two-sided p-value the exact signed-rank test reaches with ``n`` pairs."""
+    """The smallest two-sided p-value the exact signed-rank test reaches with ``n`` units."""
     return 2 / 2**n
+
+
+def blocks(repeat: int) -> int:
+    """The independent units (blocks, see :func:`block_ratios`) of ``repeat`` rounds."""
+    return math.ceil(repeat * 2 / BLOCK)
 
 
 def paired_verdict(test: PairedTest, threshold: float, warn: float) -> str:
@@ -154,7 +174,8 @@ def _measurement(record: dict, name: str, unit: str) -> Measurement:
 
 
 def _cell_verdicts(params: str, base: dict, head: dict, threshold: float, warn: float):
-    """Counters first (exact), then the time per step (paired)."""
+    """Counters first (exact), then the time per step: a verdict, or the cell's paired test
+    with its measurements when the verdict waits for the run's adjustment."""
     verdicts = []
     for name in ("runs_per_step", "ortvalues_per_step"):
         before, after = _measurement(base, name, COUNT), _measurement(head, name, COUNT)
@@ -164,28 +185,24 @@ def _cell_verdicts(params: str, base: dict, head: dict, threshold: float, warn: 
     before = _measurement(base, "seconds_per_step", "seconds")
     after = _measurement(head, "seconds_per_step", "seconds")
     if before.skipped and after.skipped:
-        return verdicts
+        return verdicts, None
     if before.failed or after.failed or before.skipped or after.skipped or not after.samples:
         judged = judge(before, after, threshold, warn)
         verdicts.append(Verdict("seconds_per_step", params, before, after, *judged))
-        return verdicts
-    fits = sorted(
-        (position, record[SIDE], seconds)
+        return verdicts, None
+    fits = [
+        (record[SIDE], seconds, position)
         for record in (base, head)
         for position, seconds in zip(record[POSITIONS], record[FITS])
-    )
-    ratios = neighbour_ratios([f[1] for f in fits], [f[2] for f in fits])
+    ]
+    ratios = block_ratios(*zip(*fits)) if fits else []
     if not ratios:
         note = "no positive time on one side: lost in the noise"
         verdicts.append(
             Verdict("seconds_per_step", params, before, after, NOT_SIGNIFICANT, None, note)
         )
-        return verdicts
-    test = paired_test(ratios)
-    verdict = paired_verdict(test, threshold, warn)
-    note = f"paired p={test.pvalue:.2g}"
-    verdicts.append(Verdict("seconds_per_step", params, before, after, verdict, test.ratio, note))
-    return verdicts
+        return verdicts, None
+    return verdicts, (params, before, after, paired_test(ratios))
 
 
 def ab_comparison(
@@ -194,7 +211,7 @@ def ab_comparison(
     threshold: float = 0.10,
     warn: float = 0.05,
 ) -> Comparison:
-    """The verdicts of an A/B run folder: counters exactly, times on paired ratios.
+    """The verdicts of an A/B run folder: counters exactly, times on block ratios.
 
     Parameters
     ----------
@@ -208,7 +225,8 @@ def ab_comparison(
     Returns
     -------
     Comparison
-        Counter verdicts first, then times; each group in the report's order.
+        Counter verdicts first, then times; each group in the report's order. The times'
+        p-values are adjusted over every cell of the folder together.
 
     Raises
     ------
@@ -221,10 +239,20 @@ def ab_comparison(
             raise OrtBenchError(f"{folder} is not an ortbench ab run folder (no {SIDE} column)")
         params = ", ".join(f"{k}={record[k]}" for k in KEYS)
         by_cell.setdefault(params, {})[record[SIDE]] = record
-    verdicts = []
+    verdicts, tested = [], []
     for params, sides in by_cell.items():
         if len(sides) == 2:
-            verdicts += _cell_verdicts(params, sides[BASE], sides[HEAD], threshold, warn)
+            decided, pending = _cell_verdicts(params, sides[BASE], sides[HEAD], threshold, warn)
+            verdicts += decided
+            if pending is not None:
+                tested.append(pending)
+    tests = adjusted([test for *_, test in tested])
+    for (params, before, after, _), test in zip(tested, tests):
+        verdict = paired_verdict(test, threshold, warn)
+        note = f"paired p={test.pvalue:.2g}, adjusted {test.adjusted:.2g}"
+        verdicts.append(
+            Verdict("seconds_per_step", params, before, after, verdict, test.ratio, note)
+        )
     verdicts.sort(key=lambda v: (v.benchmark == "seconds_per_step", ORDER.index(v.verdict)))
     return Comparison(*labels, threshold, warn, verdicts)
 
@@ -286,10 +314,11 @@ def ab_markdown(comparison: Comparison) -> str:
     lines += _section("Time per step", times)
     lines += [
         "",
-        "Timed fits alternate between the sides (A B B A ...). BASE, HEAD: median time per "
-        "step, slope between a short and a long fit. Ratio: the median over HEAD's long fits "
-        "of each one's time over its neighbouring BASE long fits. A change counts when the "
-        f"signed-rank test of those ratios gives p < {ALPHA} and the ratio is beyond "
+        "Timed fits alternate between the sides in blocks of two rounds (A B B A). BASE, "
+        "HEAD: median time per step, slope between a short and a long fit. Ratio: the median "
+        "over the blocks of HEAD's long fits over BASE's long fits in the block. A change "
+        "counts when the signed-rank test of those ratios, its p-value adjusted over every "
+        f"cell of the run (Benjamini-Hochberg), gives p < {ALPHA} and the ratio is beyond "
         f"{comparison.threshold:.0%}; warnings are significant slowdowns beyond "
         f"{comparison.warn:.0%}, improvements significant speed-ups beyond "
         f"{comparison.warn:.0%}.",

@@ -5,7 +5,8 @@ beyond the threshold, as ``asv compare`` decides. Verdicts:
 
 - regressed: significantly slower (larger) by more than the threshold, or a counter grew;
 - drift?: regressed on times normalised by the machine's drift between the runs, but
-  within the threshold of what the most drifted calibration probe explains (:mod:`.drift`);
+  within the threshold of what the most drifted calibration probe explains (:mod:`.drift`):
+  inconclusive, to be re-run side by side with ``ortbench ab``;
 - failed: errored in HEAD, or measured in BASE and errored, unavailable or absent in HEAD;
 - warning: significantly slower by more than ``warn`` but not by more than the threshold;
 - not significant: beyond the threshold but within the noise;
@@ -15,7 +16,9 @@ beyond the threshold, as ``asv compare`` decides. Verdicts:
 - unchanged: anything else measured on both sides.
 
 Cells skipped on both sides (setup raised NotImplementedError, "unavailable"), or in the
-only side they appear in, are left out. Only regressed and failed fail a CI job.
+only side they appear in, are left out. Only regressed and failed fail a CI job; drift?
+leaves the comparison inconclusive. Two runs made apart are each one process: their
+verdicts are indicative, and ``ortbench ab`` (both sides timed together) is the gate.
 """
 
 from __future__ import annotations
@@ -73,6 +76,11 @@ class Comparison:
         """True when anything regressed or failed: CI should fail."""
         counts = self.counts()
         return bool(counts[REGRESSED] or counts[FAILED])
+
+    @property
+    def inconclusive(self) -> bool:
+        """True when nothing fails but a regression could be the machine's drift."""
+        return not self.failing and bool(self.counts()[DRIFT])
 
     @property
     def compared(self) -> int:
@@ -200,6 +208,10 @@ def comparison_markdown(comparison: Comparison) -> str:
         f"HEAD: {comparison.head}",
         "",
         f"{tally or 'nothing compared'}.",
+        "",
+        "Indicative: BASE and HEAD are separate runs, each one process with its own model "
+        "builds, so their samples show less of the run-to-run spread than two runs have. "
+        "Gate a merge on `ortbench ab`, which times both sides side by side.",
         "",
         f"A change counts when it is statistically significant (p < {P_THRESHOLD}: "
         "Mann-Whitney U where that p-value is reachable at the sample counts, else Welch's "

@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 import numpy as np
@@ -15,33 +17,54 @@ import numpy as np
 from ..counters import RuntimeCounts
 from ..problems import Problem
 
-#: Epochs of the short timed fit; the long one runs ``SHORT_EPOCHS + extra_epochs(...)``.
+#: Epochs of the short timed fit; the long one runs ``long_fit_epochs(...)``.
 SHORT_EPOCHS = 1
-#: Seconds the long timed fit should run longer than the short one, at least: a fit's fixed
-#: part jumps by milliseconds now and then (a page fault, a garbage collection, the other
-#: core's work), which must stay small against the extra steps it is divided by.
+#: Seconds the long timed fit runs longer than the short one, at least: a fit's fixed part
+#: jumps by milliseconds now and then (a page fault, a garbage collection, the other core's
+#: work), which must stay small against the extra steps it is divided by.
 MIN_EXTRA_SECONDS = 0.05
+#: Long fits :func:`long_fit_epochs` times at most while it sizes them.
+MAX_SIZING_FITS = 8
 
 
-def extra_epochs(short_seconds: float, epochs: int) -> int:
-    """How many more epochs the long timed fit runs than the short one.
+def long_fit_epochs(time_fits: Callable[[int], dict], epochs: int) -> int:
+    """Measure, extend: the epochs of a long timed fit that outlasts the short one by at
+    least :data:`MIN_EXTRA_SECONDS`.
+
+    A short fit (``SHORT_EPOCHS`` epochs) is timed once, then long fits of ``epochs`` more,
+    growing in proportion to what they lacked until the measured difference reaches the
+    target (at most :data:`MAX_SIZING_FITS` of them). The difference is measured, not
+    predicted from the short fit: a short fit's duration includes what a fit pays once, so
+    dividing it by its epochs overestimates an epoch.
 
     Parameters
     ----------
-    short_seconds : float
-        Duration of a short timed fit (``SHORT_EPOCHS`` epochs, its fixed part included).
+    time_fits : callable
+        Times one fit of the given epochs of each contender (or side) that still runs;
+        returns their durations in seconds by name. Every one must reach the target.
     epochs : int
         The fewest extra epochs (the ``--epochs`` option).
 
     Returns
     -------
     int
-        ``epochs``, or more when ``epochs`` epochs would last less than
-        :data:`MIN_EXTRA_SECONDS`. The short fit's duration per epoch includes its fixed
-        part, so it overestimates an epoch and the extra epochs last at most
-        ``MIN_EXTRA_SECONDS``.
+        The long fit's epochs: ``SHORT_EPOCHS`` plus ``epochs`` or more.
     """
-    return max(epochs, math.ceil(MIN_EXTRA_SECONDS * SHORT_EPOCHS / short_seconds))
+    extra = epochs
+    shorts = time_fits(SHORT_EPOCHS)
+    for _ in range(MAX_SIZING_FITS):
+        longs = time_fits(SHORT_EPOCHS + extra)
+        gains = [longs[name] - shorts[name] for name in longs if name in shorts]
+        if not gains or min(gains) >= MIN_EXTRA_SECONDS:
+            break
+        gained = min(gains)
+        # a margin, so that the noise of the next measurement rarely asks for a third
+        extra = (
+            4 * extra
+            if gained <= 0
+            else max(extra + 1, math.ceil(1.2 * extra * MIN_EXTRA_SECONDS / gained))
+        )
+    return SHORT_EPOCHS + extra
 
 
 def slope(short: float, long: float, short_steps: int, long_steps: int) -> tuple[float, float]:
@@ -67,26 +90,77 @@ def slope(short: float, long: float, short_steps: int, long_steps: int) -> tuple
     return per_step, short - short_steps * per_step
 
 
+#: The most the middle half of a cell's slopes may spread (upper over lower quartile) for
+#: its median to count as a measurement.
+SPREAD_BOUND = 2.0
+
+
+def unstable(seconds_per_step: list[float]) -> str | None:
+    """Why a cell's slopes are no measurement, or None when they are one.
+
+    Parameters
+    ----------
+    seconds_per_step : list of float
+        The cell's slopes, one per round.
+
+    Returns
+    -------
+    str or None
+        The reason when a slope is not positive (the fixed part's noise outweighed the
+        extra steps) or when the upper quartile exceeds :data:`SPREAD_BOUND` times the
+        lower one; None otherwise.
+    """
+    if not seconds_per_step:
+        return "no slope"
+    bad = sum(t <= 0 for t in seconds_per_step)
+    if bad:
+        return f"{bad} of {len(seconds_per_step)} slopes not positive"
+    low, high = np.percentile(seconds_per_step, [25, 75])
+    if high > SPREAD_BOUND * low:
+        return f"slopes spread beyond {SPREAD_BOUND:g}x (quartiles {low:.3g} s and {high:.3g} s)"
+    return None
+
+
 #: Seconds of each look at the process's CPU time in :func:`wait_until_quiet`, and the most
 #: it waits in all.
 QUIET_WINDOW = 0.005
 QUIET_LIMIT = 1.0
 
 
+def _others_running() -> bool | None:
+    """Whether another thread of this process is running or waiting for a core (Linux:
+    its state in ``/proc``); None where the kernel does not tell."""
+    me = str(threading.get_native_id())
+    try:
+        tasks = [t for t in os.listdir("/proc/self/task") if t != me]
+        states = []
+        for task in tasks:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+    except OSError:
+        return None
+    return "R" in states
+
+
 def wait_until_quiet() -> float:
-    """Sleep until no thread of this process is running; return the seconds waited.
+    """Sleep until no other thread of this process is running; return the seconds waited.
 
     After a call, BLAS and OpenMP pools keep their threads spinning for a while (how long:
-    ``docs/benchmarks.md``), on cores that the next contender's fit would need. Waiting until the
-    process's CPU time stops growing (under a tenth of a :data:`QUIET_WINDOW` per window,
-    at most :data:`QUIET_LIMIT` in all) before the next fit starts keeps every contender's
-    threads off every other contender's fits.
+    ``docs/benchmarks.md``), on cores that the next contender's fit would need. Waiting,
+    one :data:`QUIET_WINDOW` after another and at most :data:`QUIET_LIMIT` in all, until
+    no other thread is runnable (where the kernel tells; else until the process's CPU
+    time grows by under a tenth of a window) keeps every contender's threads off every
+    other contender's fits. A spinning thread that a loaded machine keeps off the cores
+    is still runnable, so the wait does not end early there.
     """
     start = time.perf_counter()
     while time.perf_counter() - start < QUIET_LIMIT:
         cpu = time.process_time()
         time.sleep(QUIET_WINDOW)
-        if time.process_time() - cpu < QUIET_WINDOW / 10:
+        running = _others_running()
+        if running is None:
+            running = time.process_time() - cpu >= QUIET_WINDOW / 10
+        if not running:
             break
     return time.perf_counter() - start
 
