@@ -132,6 +132,24 @@ def test_pairing_cancels_a_drift_of_the_machine(tmp_path):
     assert not comparison.failing
 
 
+def test_a_worker_whose_wait_for_quiet_gave_up_is_in_the_row(tmp_path):
+    class Restless(FakeSide):
+        def request(self, command: str, **fields) -> dict:
+            reply = super().request(command, **fields)
+            if command == "time" and fields["key"].startswith("ort-fwbw"):
+                reply["quiet_wait_gave_up"] = fields["epochs"] == SHORT_EPOCHS
+            return reply
+
+    log: list = []
+    sides = {BASE: FakeSide(BASE, log, 1.0), HEAD: Restless(HEAD, log, 1.0)}
+    run_ab(CONFIG, sides, ResultsWriter(tmp_path, keys=[*KEYS, SIDE]), "run")
+    timing = {(r["contender"], r[SIDE]): r["timing"] for r in read_records(tmp_path)}
+    # every short fit of HEAD's ort-fwbw, the sizing one included
+    expected = f"; quiet wait gave up after {AB_REPEAT + 1} fits (1 s each)"
+    assert timing["ort-fwbw", HEAD].endswith(expected)
+    assert "quiet" not in timing["ort-fwbw", BASE] + timing["ort-full", HEAD]
+
+
 def test_counters_are_exact_and_come_first(tmp_path):
     fake_run(tmp_path, 1.0, head_ortvalues=1)
     comparison = ab_comparison(tmp_path)
@@ -223,7 +241,7 @@ def test_pins_this_environment_does_not_satisfy(tmp_path):
     [
         (["no-such-ref-here", "."], "neither a checkout folder nor a git ref"),
         (["tests", "."], "without ortbench/__init__.py"),
-        ([".", ".", "--repeat", "9"], "too few pairs"),  # 10 is the least
+        ([".", ".", "--repeat", "12"], "too few pairs"),  # 13 is the least: 7 blocks
         ([".", ".", "--threshold", "0"], "--threshold must be > 0"),
     ],
 )

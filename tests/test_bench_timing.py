@@ -376,3 +376,31 @@ def test_ctrl_c_while_the_libraries_load_is_one_line(tmp_path):
     assert process.wait(timeout=60) == 130, errors
     assert "Traceback" not in errors
     assert errors.strip().splitlines()[-1] == "ortbench: interrupted"
+
+
+class Restless(Ticker):
+    """A contender whose first timed fit leaves a thread spinning longer than the wait
+    for quiet lasts."""
+
+    name = "restless"
+    started = False
+
+    def time_fit(self, epochs: int) -> float:
+        seconds = super().time_fit(epochs)
+        if not Restless.started:
+            Restless.started = True
+            busy = threading.Event()
+            threading.Thread(target=spin, args=(QUIET_LIMIT + 0.5, busy)).start()
+            busy.wait(1)
+        return seconds
+
+
+def test_a_wait_for_quiet_that_gave_up_is_in_the_row(tmp_path, monkeypatch):
+    monkeypatch.setitem(matrix.CONTENDERS, "restless", Restless)
+    config = BenchConfig(
+        contenders=("restless",), problems=("linear",), datasets=("diabetes",),
+        batch_sizes=(32,), devices=("cpu",), epochs=1, repeat=2,
+    )  # fmt: skip
+    run_matrix(config, ResultsWriter(tmp_path), "restless")
+    (row,) = read_records(tmp_path)
+    assert row["timing"].endswith(f"; quiet wait gave up after 1 fits ({QUIET_LIMIT:g} s each)")

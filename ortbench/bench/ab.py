@@ -25,9 +25,9 @@ import numpy as np
 from ..training import OrtBenchError
 from . import ab_worker
 from .checkouts import Checkout
-from .contenders.base import SHORT_EPOCHS, long_fit_epochs, slope
+from .contenders.base import QUIET_LIMIT, SHORT_EPOCHS, long_fit_epochs, slope
 from .interruption import interruptible
-from .matrix import MIN_BATCHES, TIMING, BenchConfig, Cell, _problem, _row, cells
+from .matrix import MIN_BATCHES, QUIET_TIMEOUT, TIMING, BenchConfig, Cell, _problem, _row, cells
 from .problems import make_problem
 from .store import COLUMNS, ResultsWriter
 
@@ -140,6 +140,9 @@ class SideResult:
     fits: list[float] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     loss_curve: list[float] = field(default_factory=list)
+    #: fits after which the worker's wait for quiet gave up (workers that predate the
+    #: count never report one)
+    quiet_wait_gave_up: int = 0
 
     @property
     def ok(self) -> bool:
@@ -188,6 +191,7 @@ def _durations(
                 result.row["status"] = f"failed: {reply['error']}"
             else:
                 durations[k, name] = reply["seconds"]
+                result.quiet_wait_gave_up += bool(reply.get("quiet_wait_gave_up"))
     return durations
 
 
@@ -250,6 +254,10 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
         for name, result in paired.sides.items():
             if not result.ok:
                 continue
+            if result.quiet_wait_gave_up:
+                result.row["timing"] += QUIET_TIMEOUT.format(
+                    count=result.quiet_wait_gave_up, limit=QUIET_LIMIT
+                )
             reply = sides[name].request("finish", key=paired.cell.label)
             result.loss_curve = reply.pop("loss_curve", [])
             result.row.update(reply)

@@ -79,23 +79,26 @@ def _wait_until_quiet(window=0.005, limit=1.0):
     of ``window`` in a window), at most ``limit`` seconds: BLAS and OpenMP threads keep
     spinning after a fit, and the other side's next fit must not share the cores with
     them. ``bench`` does the same (``contenders.base.wait_until_quiet``); this file
-    cannot import it, since the side's ortbench may be older."""
+    cannot import it, since the side's ortbench may be older. False when it gave up."""
     start = time.perf_counter()
     while time.perf_counter() - start < limit:
         cpu = time.process_time()
         time.sleep(window)
         if time.process_time() - cpu < window / 10:
-            return
+            return True
+    return False
 
 
 def _time(request, fitted):
     """The duration in seconds of one fit of ``epochs`` epochs from the current weights,
-    replied once this process is quiet again."""
+    replied once this process is quiet again (``quiet_wait_gave_up`` when it did not
+    become quiet in time)."""
     contender = fitted[request["key"]]
     start = time.perf_counter()
     contender.continue_fit(request["epochs"])
     seconds = time.perf_counter() - start
-    _wait_until_quiet()
+    if not _wait_until_quiet():
+        return {"seconds": seconds, "quiet_wait_gave_up": True}
     return {"seconds": seconds}
 
 
