@@ -233,7 +233,12 @@ def test_timed_fits_of_a_group_are_interleaved(tmp_path, monkeypatch):
     assert min(lengths.values()) >= 3
     short = [("ort-fwbw", 1), ("sklearn-mlp-sgd", 1)]
     long = [("ort-fwbw", lengths["ort-fwbw"]), ("sklearn-mlp-sgd", lengths["sklearn-mlp-sgd"])]
-    assert order == (short + long) * 3
+    rounds = order[-4 * config.repeat :]  # after the fits that sized each long one
+    assert rounds == (short + long) * 3
+    sizing = order[: -4 * config.repeat]
+    for name, length in long:
+        assert [e for n, e in sizing if n == name][0] == 1
+        assert [e for n, e in sizing if n == name][-1] == length
 
 
 class Allocator(Contender):
