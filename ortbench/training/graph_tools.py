@@ -744,7 +744,7 @@ def inferred_shapes(model: onnx.ModelProto) -> tuple[dict[str, list], dict[str, 
     onnx.shape_inference.InferenceError
         When onnx cannot infer the model.
     """
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     shapes, types = {}, {}
     graph = inferred.graph
     for value in [*graph.input, *graph.output, *graph.value_info]:
