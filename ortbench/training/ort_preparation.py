@@ -7,6 +7,13 @@ others, keeping what the model computes:
 - ``LayerNormalization``: its gradient reads the node's optional mean and inverse standard
   deviation outputs, which ``torch.onnx.export`` leaves out; they are added.
 - ``Dropout``: likewise its gradient reads the mask output, added.
+- ``MaxPool``, ``AveragePool``: their gradient kernels size the input's gradient from the
+  static shape the graph declares for it, and crash without one (a ``Reshape`` to a
+  computed shape, as torch writes ``unflatten``, hides it from onnx's inference);
+  onnxruntime's symbolic shape inference supplies it.
+- ``AveragePool`` whose batch dimension is dynamic: its gradient kernel reads that
+  dimension from the declared shape too, so it becomes the same average as a ``Conv`` of
+  each channel with a uniform kernel (times a constant map where the pads are not counted).
 - ``BatchNormalization`` in inference form (frozen statistics): the builder has no gradient
   for it; it becomes a per-channel ``x * a + c`` whose ``a`` and ``c`` are computed from
   the scale, bias, mean and variance, so that the scale and bias still train.
@@ -29,7 +36,8 @@ from .graph_builder import GraphBuilder
 from .graph_tools import FLOAT_TYPES, inferred_shapes, node_attributes
 from .runtime import first_line, session_options
 
-_REWRITTEN = ("LayerNormalization", "BatchNormalization", "Dropout")
+_REWRITTEN = ("LayerNormalization", "BatchNormalization", "Dropout", "MaxPool", "AveragePool")
+_POOLS = ("MaxPool", "AveragePool")
 
 
 def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -66,6 +74,10 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
             if len(node.output) < 2 or not node.output[1]:
                 node.output[:] = [node.output[0], f"{node.output[0]}_ortbench_mask"]
             nodes.append(node)
+        elif _dynamic_average_pool(node, shapes):
+            start = len(b.nodes)
+            _average_as_conv(b, node, shapes)
+            nodes.extend(b.nodes[start:])
         elif _inference_batch_norm(node) and shapes.get(node.input[0]) is not None:
             start = len(b.nodes)
             _elementwise_batch_norm(b, node, len(shapes[node.input[0]]))
@@ -75,7 +87,74 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(b.initializers)
+    _declare_pool_shapes(prepared, shapes)
     return prepared
+
+
+def _declare_pool_shapes(model: onnx.ModelProto, shapes: dict[str, list]) -> None:
+    """Declare the shapes of the pooling nodes' inputs and outputs in the graph, from
+    onnx's inference with shape values propagated, else onnxruntime's symbolic one."""
+    declared = {v.name for v in [*model.graph.value_info, *model.graph.input]}
+    names = [
+        name
+        for n in model.graph.node
+        if n.op_type in _POOLS
+        for name in (n.input[0], n.output[0])
+        if name not in declared
+    ]
+    known = [name for name in names if name in shapes and None not in shapes[name][1:]]
+    model.graph.value_info.extend(
+        helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shapes[name]) for name in known
+    )
+    hidden = set(names) - set(known)
+    if not hidden:
+        return
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    try:
+        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+    except Exception:  # an aid only: the builder reports what it cannot do
+        return
+    model.graph.value_info.extend(v for v in inferred.graph.value_info if v.name in hidden)
+
+
+def _dynamic_average_pool(node: onnx.NodeProto, shapes: dict[str, list]) -> bool:
+    if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx"):
+        return False
+    attrs = node_attributes(node)
+    x, y = node.input[0], node.output[0]
+    return (
+        attrs.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+        and not attrs.get("ceil_mode", 0)
+        and all(d == 1 for d in attrs.get("dilations", []))
+        and x in shapes
+        and y in shapes
+        and shapes[x][0] is None
+        and None not in shapes[x][1:] + shapes[y][1:]
+    )
+
+
+def _average_as_conv(b: GraphBuilder, node: onnx.NodeProto, shapes: dict[str, list]) -> None:
+    """Append the AveragePool ``node`` as Reshape, Conv with a uniform kernel, Reshape."""
+    attrs = node_attributes(node)
+    x, y = node.input[0], node.output[0]
+    kernel = list(attrs["kernel_shape"])
+    n = len(kernel)
+    strides = list(attrs.get("strides", [1] * n))
+    pads = list(attrs.get("pads", [0] * 2 * n))
+    spatial, out = shapes[x][2:], shapes[y][2:]
+    size = float(np.prod(kernel))
+    rows = b.op("Reshape", x, b.const([-1, 1, *spatial], np.int64))
+    window = b.const(np.full([1, 1, *kernel], 1.0 / size, np.float32))
+    summed = b.op("Conv", rows, window, strides=strides, pads=pads)
+    if any(pads) and not attrs.get("count_include_pad", 0):
+        counts = np.ones(out)
+        for k in range(n):  # the window's real elements along each axis
+            starts = np.arange(out[k]) * strides[k] - pads[k]
+            real = np.minimum(starts + kernel[k], spatial[k]) - np.maximum(starts, 0)
+            counts = counts * real.reshape([-1 if j == k else 1 for j in range(n)])
+        summed = b.op("Mul", summed, b.const((size / counts).astype(np.float32)))
+    b.op("Reshape", summed, b.const([-1, *shapes[y][1:]], np.int64), name=y)
 
 
 def _inference_batch_norm(node: onnx.NodeProto) -> bool:
