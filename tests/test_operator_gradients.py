@@ -8,6 +8,7 @@ weights ``torch.optim.SGD`` gives on the same batches. Skipped where torch is ab
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
 import warnings
@@ -78,7 +79,7 @@ def _reductions(p, x):
 
 
 def _batched_matmul(p, x):
-    h = p["first"](x).reshape(x.shape[0], 3, 4)
+    h = torch.tanh(p["first"](x)).reshape(x.shape[0], 3, 4)
     return p["head"]((h @ h.transpose(1, 2)).flatten(1))
 
 
@@ -159,16 +160,17 @@ NETWORKS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def exported(name: str, opset: int):
     """The network ``name`` with random parameters and statistics (no two initializers
     equal, which the exporter would merge), in eval mode, and its ONNX export."""
     torch.manual_seed(len(name))
     net = NETWORKS[name]()
     with torch.no_grad():
-        for tensor in [*net.parameters(), *net.buffers()]:
-            if tensor.is_floating_point():
-                tensor.copy_(torch.rand_like(tensor) * 0.6 + 0.2)
+        for key, tensor in [*net.named_parameters(), *net.named_buffers()]:
+            if tensor.is_floating_point():  # variances positive, the rest about 0
+                shift = 1.0 if key.endswith("running_var") else -0.5
+                tensor.copy_(torch.rand_like(tensor) + shift)
     net.eval()
     f = io.BytesIO()
     with warnings.catch_warnings():
@@ -255,8 +257,9 @@ def test_sgd_steps_equal_torch_sgd(name, backend, trainer):
     the same batches, with the half squared error averaged over the batch."""
     net, model = exported(name, 17)
     layouts = parameter_layouts(net, model)
+    net = copy.deepcopy(net)  # the cached one stays as exported
     X, y = data(3 * BATCH, seed=2)
-    rate, epochs = 0.05, 2
+    rate, epochs = 0.02, 2
     fitted = TRAINERS[trainer](
         model,
         weights_to_train=list(layouts),
@@ -279,9 +282,8 @@ def test_sgd_steps_equal_torch_sgd(name, backend, trainer):
     expected = dict(net.named_parameters())
     for onnx_name, (torch_name, transposed) in layouts.items():
         want = torch_layout(expected[torch_name].detach().numpy(), transposed)
-        np.testing.assert_allclose(state[onnx_name], want, rtol=1e-4, atol=1e-5, err_msg=torch_name)
+        np.testing.assert_allclose(state[onnx_name], want, rtol=1e-4, atol=2e-5, err_msg=torch_name)
     assert fitted.train_losses_[-1] < fitted.train_losses_[0]
-    exported.cache_clear()  # the torch network trained: export it again for other tests
 
 
 @pytest.mark.training_build
@@ -307,4 +309,30 @@ def test_failure_names_operator_and_node():
     assert (
         str(error.value)
         == "no onnxruntime-training gradient for operator 'Round' (node 'rounding')"
+    )
+
+
+@pytest.mark.training_build
+def test_builder_source_text_becomes_operator_and_node():
+    """The builder's own failure on torch's LayerNormalization (no statistics outputs)
+    names the node, not the runtime's source file."""
+    from ortbench.training import capi
+    from ortbench.training.ort_preparation import gradient_builder_error
+    from ortbench.training.runtime import session_options
+
+    _, model = exported("LayerNorm", 17)
+    loss = onnx.helper.make_node("ReduceSum", ["Y"], ["loss"], keepdims=0)
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    model.graph.node.append(loss)
+    model.graph.output.append(onnx.helper.make_tensor_value_info("loss", 1, []))
+    builder = capi.GradientGraphBuilder(
+        model.SerializeToString(), {"loss"}, {"X"}, "loss", session_options()
+    )
+    with pytest.raises(RuntimeError) as raised:
+        builder.build()
+    assert "onnxruntime_src" in str(raised.value)
+    message = str(gradient_builder_error(raised.value, model))
+    assert message == (
+        "no onnxruntime-training gradient for operator 'LayerNormalization' "
+        "(node '/1/LayerNormalization')"
     )
