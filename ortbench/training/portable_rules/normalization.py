@@ -70,6 +70,11 @@ def _batch_normalization(ctx, node, g):
 @rule("LayerNormalization")
 def _layer_normalization(ctx, node, g):
     attrs = node_attributes(node)
+    if any(grad is not None for grad in g[1:]):
+        raise OrtBenchError(
+            f"portable gradient of LayerNormalization (node {node.name!r}): its mean and "
+            f"inverse standard deviation outputs are read downstream, which is not supported"
+        )
     x, scale = node.input[:2]
     y = node.output[0]
     b = ctx.b
