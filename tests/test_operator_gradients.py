@@ -1,7 +1,7 @@
 """Networks exported from torch, one per module users train, against torch autograd.
 
 Each tiny network is exported with ``torch.onnx.export(..., dynamo=False)`` at opsets 17
-and 18. The gradients of both backends (``onnx_derivative``) must equal torch's on the same
+and 18 with a dynamic batch, and at 17 with a fixed one. The gradients of both backends (``onnx_derivative``) must equal torch's on the same
 weights and inputs, and a few SGD steps of both trainers on both backends must give the
 weights ``torch.optim.SGD`` gives on the same batches. Skipped where torch is absent.
 """
@@ -161,9 +161,10 @@ NETWORKS = {
 
 
 @functools.cache
-def exported(name: str, opset: int):
+def exported(name: str, opset: int, dynamic: bool = True):
     """The network ``name`` with random parameters and statistics (no two initializers
-    equal, which the exporter would merge), in eval mode, and its ONNX export."""
+    equal, which the exporter would merge), in eval mode, and its ONNX export (with a
+    dynamic batch dimension, else fixed at ``BATCH``)."""
     torch.manual_seed(len(name))
     net = NETWORKS[name]()
     with torch.no_grad():
@@ -183,7 +184,7 @@ def exported(name: str, opset: int):
             dynamo=False,
             input_names=["X"],
             output_names=["Y"],
-            dynamic_axes={"X": {0: "N"}, "Y": {0: "N"}},
+            dynamic_axes={"X": {0: "N"}, "Y": {0: "N"}} if dynamic else None,
         )
     return net, onnx.load_from_string(f.getvalue())
 
@@ -217,11 +218,11 @@ def torch_layout(grad: np.ndarray, transposed: bool) -> np.ndarray:
     return grad.T if transposed else grad
 
 
-@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize(("opset", "dynamic"), [(17, True), (18, True), (17, False)])
 @pytest.mark.parametrize("backend", ["ort-training", "portable"])
 @pytest.mark.parametrize("name", list(NETWORKS))
-def test_gradients_equal_torch_autograd(name, backend, opset):
-    net, model = exported(name, opset)
+def test_gradients_equal_torch_autograd(name, backend, opset, dynamic):
+    net, model = exported(name, opset, dynamic)
     layouts = parameter_layouts(net, model)
     X, _ = data(BATCH)
     upstream = np.random.default_rng(1).standard_normal((BATCH, OUT)).astype(np.float32)
