@@ -148,11 +148,16 @@ def _changed_after(op_type: str, version: int) -> bool:
         return True
 
 
+#: The inputs of a node that hold statistics, not parameters: (operator, position).
+_STATISTICS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
+
+
 def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
     """Names of the float initializers that are parameters, in graph order.
 
-    Skips scalars and constants only ever used as the left side of a Sub, which is how
-    skl2onnx writes ``1 - p`` with its ``unity`` initializer.
+    Skips scalars, constants only ever used as the left side of a Sub, which is how
+    skl2onnx writes ``1 - p`` with its ``unity`` initializer, and the running mean and
+    variance of a BatchNormalization (frozen statistics, torch's buffers).
     """
     consumers: dict[str, list[tuple[str, int]]] = {}
     for node in onx.graph.node:
@@ -164,6 +169,8 @@ def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
             continue
         uses = consumers.get(init.name, [])
         if uses and all(use == ("Sub", 0) for use in uses):
+            continue
+        if uses and all(use in _STATISTICS for use in uses):
             continue
         names.append(init.name)
     return names
@@ -744,7 +751,7 @@ def inferred_shapes(model: onnx.ModelProto) -> tuple[dict[str, list], dict[str, 
     onnx.shape_inference.InferenceError
         When onnx cannot infer the model.
     """
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     shapes, types = {}, {}
     graph = inferred.graph
     for value in [*graph.input, *graph.output, *graph.value_info]:
