@@ -111,9 +111,7 @@ def _matrix_config(args: argparse.Namespace) -> BenchConfig:
             repeated.append(f"--{name.replace('_', '-')} {' '.join(map(str, values))}")
             overrides[name] = tuple(dict.fromkeys(values))
     if repeated:
-        print(
-            f"ortbench: note: repeated values run once: {'; '.join(repeated)}", file=sys.stderr
-        )
+        print(f"ortbench: note: repeated values run once: {'; '.join(repeated)}", file=sys.stderr)
     return replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
 
 

@@ -349,7 +349,7 @@ def read_results(folder: str | Path) -> pd.DataFrame:
             raise OrtBenchError(f"{path}: column {column} holds values that are not numbers")
     keys = [*KEYS, "side"] if "side" in results.columns else KEYS
     rows = ((k + 2, row) for k, row in enumerate(results.to_dict("records")))  # 1: header
-    good, bad = check_rows(rows, keys)
+    _, bad = check_rows(rows, keys)
     bad_lines = {b.line for b in bad}
     kept = results[[k + 2 not in bad_lines for k in range(len(results))]].reset_index(drop=True)
     kept.attrs["bad_rows"] = bad
