@@ -31,6 +31,7 @@ from .bench.store import (
     create_run_folder,
     is_run_folder,
     read_records,
+    read_results,
     usable_file,
     usable_folder,
 )
@@ -84,8 +85,9 @@ def _progress(start: float):
 def _write_reports(folder: Path) -> str:
     write_plots(folder)
     write_scaling_plot(folder)
-    write_index(folder)  # writes summary.md too
-    return (folder / SUMMARY_MD).read_text(encoding="utf-8")
+    write_index(folder)  # writes summary.md too, when a row is good
+    summary = folder / SUMMARY_MD
+    return summary.read_text(encoding="utf-8") if summary.exists() else ""
 
 
 def _matrix_config(args: argparse.Namespace) -> BenchConfig:
@@ -103,6 +105,13 @@ def _matrix_config(args: argparse.Namespace) -> BenchConfig:
         "baseline": args.baseline,
     }
     overrides.update(_own_problems(args, overrides["problems"] or config.problems))
+    repeated = []
+    for name, values in overrides.items():
+        if isinstance(values, tuple) and len(set(values)) < len(values):
+            repeated.append(f"--{name.replace('_', '-')} {' '.join(map(str, values))}")
+            overrides[name] = tuple(dict.fromkeys(values))
+    if repeated:
+        print(f"ortbench: note: repeated values run once: {'; '.join(repeated)}", file=sys.stderr)
     return replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
 
 
@@ -278,7 +287,11 @@ def _report(args: argparse.Namespace) -> int:
             f"{folder} is not an ortbench run folder (no results.csv, no profile): "
             "give a folder that ortbench bench or ortbench profile wrote"
         )
-    print(write_index(folder))
+    index = write_index(folder)
+    if (folder / RESULTS_CSV).exists():
+        for row in read_results(folder).attrs["bad_rows"]:
+            print(f"ortbench: bad row left out: {folder / RESULTS_CSV} {row}", file=sys.stderr)
+    print(index)
     return 0
 
 
@@ -294,6 +307,8 @@ def _compare(args: argparse.Namespace) -> int:
     comparison = compare(
         load_result_set(args.base), load_result_set(args.head), args.threshold, args.warn
     )
+    for row in comparison.bad_rows:
+        print(f"ortbench: bad row left out: {row}", file=sys.stderr)
     if comparison.compared == 0:
         print(
             f"ortbench: nothing to compare: {args.base} and {args.head} share no benchmark",
