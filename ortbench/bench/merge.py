@@ -39,9 +39,9 @@ from .store import (
 MERGE_JSON = "merge.json"
 #: What must agree between shards, and how a refusal names it.
 _SAME = {
-    "command": "command",
-    "ortbench_version": "ortbench version",
-    "matrix": "matrix",
+    "command": "commands",
+    "ortbench_version": "ortbench versions",
+    "matrix": "matrices",
     "settings": "report settings",
 }
 
@@ -125,7 +125,7 @@ def check_shards(folders: Sequence[str | Path]) -> list[_Shard]:
         for key, what in _SAME.items():
             if shard.info[key] != first.info[key]:
                 raise OrtBenchError(
-                    f"{first.folder} and {shard.folder} ran different {what}s "
+                    f"{first.folder} and {shard.folder} ran different {what} "
                     f"({_differs(first.info[key], shard.info[key])}): merge the shards of one run"
                 )
         if shard.info["shard"].count != first.info["shard"].count:
