@@ -2,10 +2,10 @@
 ``ab`` times two checkouts side by side, ``merge`` joins the shards of one run,
 ``profile`` profiles one contender, ``report`` writes a run folder's ``index.html``.
 
-Exit status: 0 success; 1 ``compare`` or ``ab`` found a regression or a failure; 2 bad
-input, an unusable output or a write error (one line on stderr), or a ``bench`` run in which
-no cell could run; 3 ``compare`` or ``ab`` had nothing to compare; 130 interrupted (SIGINT
-or SIGTERM).
+Exit status: 0 success; 1 ``compare``, ``ab`` or ``merge`` (of ``ab`` shards) found a
+regression or a failure; 2 bad input, an unusable output or a write error (one line on
+stderr), shards ``merge`` refuses, or a ``bench`` run in which no cell could run; 3
+``compare`` or ``ab`` had nothing to compare; 130 interrupted (SIGINT or SIGTERM).
 """
 
 from __future__ import annotations
