@@ -250,7 +250,7 @@ def merge_runs(folders: Sequence[str | Path], out: Path) -> Merged:
         row = {c: math.nan if record[c] is None else record[c] for c in writer.columns}
         row["run_id"] = out.name
         details = {k: v for k, v in record.items() if k not in columns}
-        writer.append(row, record[SAMPLES], curve, **details)
+        writer.append(row, record.get(SAMPLES) or [], curve, **details)
     calibration: dict[str, list[float]] = {}
     for shard in shards:
         for probe, samples in (read_calibration(shard.folder) or {}).items():
