@@ -122,6 +122,14 @@ def test_a_bad_shard_is_one_line(text, tmp_path, capsys):
     assert parse_shard(" 2 / 3 ") == Shard(2, 3)
 
 
+def test_shard_timings_need_a_shard_and_a_run(tmp_path, capsys):
+    argv = ["bench", "--quick", "--out", str(tmp_path / "out"), "--shard-timings"]
+    assert "give --shard I/N too" in refused([*argv, str(tmp_path)], capsys)
+    line = refused([*argv, str(tmp_path), "--shard", "1/2"], capsys)
+    assert "holds no results.jsonl" in line
+    assert not (tmp_path / "out").exists()
+
+
 def fake_run_ab(folder: Path, config: BenchConfig, factor: float) -> None:
     log: list = []
     sides = {BASE: FakeSide(BASE, log, 1.0), HEAD: FakeSide(HEAD, log, factor)}
@@ -326,13 +334,15 @@ def test_a_sharded_ab_command_judges_as_the_unsharded_one(tmp_path, fake_sides, 
     argv = ["ab", BASE, HEAD, "--contenders", "ort-full", "ort-fwbw", "--problem", "mlp"]
     argv += ["linear", "--batch-sizes", "15", "64", "--devices", "cpu", "--epochs", "2"]
     assert main([*argv, "--out", str(tmp_path / "whole")]) == 1
+    (whole,) = (tmp_path / "whole").iterdir()
+    argv += ["--shard-timings", str(whole)]  # balanced on the whole run's times
     for k in range(1, 6):
         status = main([*argv, "--shard", f"{k}/5", "--out", str(tmp_path / "shards")])
         assert status == (0 if k == 5 else 1)  # a shard's own verdict on its cells
     assert "shard 5/5 holds no cell" in capsys.readouterr().err
     shards = sorted((tmp_path / "shards").iterdir())
     assert main(["merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 1
-    (whole,), (merged,) = (tmp_path / "whole").iterdir(), (tmp_path / "merged").iterdir()
+    (merged,) = (tmp_path / "merged").iterdir()
     assert verdicts(merged) == verdicts(whole)
     assert ("seconds_per_step", "regressed") in {(b, v) for b, _, v in verdicts(merged)}
     assert (merged / AB_MD).read_text().splitlines()[:6] == (
