@@ -69,7 +69,9 @@ class Merged:
 
 
 @dataclass
-class _Shard:
+class ShardFolder:
+    """A shard's run folder as read: its ``shard.json`` and its rows."""
+
     folder: Path
     info: dict
     records: list[dict]
@@ -105,7 +107,7 @@ def _sides(folder: Path) -> dict:
         raise OrtBenchError(f"{folder} is an ab shard without a readable {AB_JSON}: {e}") from None
 
 
-def check_shards(folders: Sequence[str | Path]) -> list[_Shard]:
+def check_shards(folders: Sequence[str | Path]) -> list[ShardFolder]:
     """Read and check the shards of one matrix (see the module's description).
 
     Raises
@@ -119,7 +121,7 @@ def check_shards(folders: Sequence[str | Path]) -> list[_Shard]:
             raise OrtBenchError(f"no run folder at {folder}")
         info = read_shard(folder)
         records = read_records(folder) if (folder / RESULTS_JSONL).exists() else []
-        shards.append(_Shard(folder, info, records))
+        shards.append(ShardFolder(folder, info, records))
     first = shards[0]
     for shard in shards[1:]:
         for key, what in _SAME.items():
@@ -148,7 +150,7 @@ def check_shards(folders: Sequence[str | Path]) -> list[_Shard]:
     return shards
 
 
-def _check_cells(shards: list[_Shard], command: str) -> None:
+def _check_cells(shards: list[ShardFolder], command: str) -> None:
     """Every cell of the matrix in one shard exactly, and finished there."""
     owner: dict[Cell, Path] = {}
     by_index: dict[int, Path] = {}

@@ -32,6 +32,8 @@ from .matrix import BenchConfig, Cell, cells
 from .store import KEYS, read_records
 
 SHARD_JSON = "shard.json"
+#: What ``shard.json`` holds.
+_FIELDS = ("command", "shard", "ortbench_version", "matrix", "settings", "machine", "cells")
 _TIMING = re.compile(r"slope between (\d+)- and (\d+)\+?-epoch fits")
 
 
@@ -208,9 +210,12 @@ def read_shard(folder: Path) -> dict:
         )
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
+        missing = sorted(set(_FIELDS) - set(info))
+        if missing or info["command"] not in ("bench", "ab"):
+            raise ValueError(f"no {', '.join(missing)}" if missing else "unknown command")
         info["shard"] = parse_shard(info["shard"])
         info["cells"] = [Cell(*values) for values in info["cells"]]
         BenchConfig(**info["matrix"])
         return info
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as e:
         raise OrtBenchError(f"{path} is not a shard description: {e}") from None
