@@ -15,6 +15,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -240,7 +241,12 @@ def _ab(args: argparse.Namespace) -> int:
 
 
 def _ab_verdict(
-    folder: Path, labels: tuple[str, ...], threshold: float, warn: float, log, note: str = ""
+    folder: Path,
+    labels: tuple[str, ...],
+    threshold: float,
+    warn: float,
+    log: Callable[[str], None],
+    note: str = "",
 ) -> int:
     """Judge an A/B run folder from all its rows at once, write and print ``ab.md``
     (``note`` as its last paragraph) and return the exit status."""
