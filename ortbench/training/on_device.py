@@ -23,8 +23,9 @@ from . import capi
 from .data import Batch, BatchLoader
 from .errors import OrtBenchError
 from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
+from .ort_preparation import gradient_builder_error, prepare_for_gradient_builder
 from .relu_gradient import mask_relu_gradients
-from .runtime import SessionMaker, cpu_scalar, first_line, native_stderr_silenced, training_module
+from .runtime import SessionMaker, cpu_scalar, native_stderr_silenced, training_module
 
 
 class OnDeviceStep(NamedTuple):
@@ -87,6 +88,7 @@ class OnDeviceSteps:
         self.graphs = {}
         self._feeds = feeds
         self._device = sessions.ort_device
+        with_loss = prepare_for_gradient_builder(with_loss)
         with tempfile.TemporaryDirectory() as folder:
             try:
                 with native_stderr_silenced():
@@ -99,9 +101,7 @@ class OnDeviceSteps:
                         artifact_directory=folder,
                     )
             except RuntimeError as e:
-                raise OrtBenchError(
-                    f"onnxruntime cannot build the training graph: {first_line(e)}"
-                ) from None
+                raise gradient_builder_error(e, with_loss) from None
             training_path = os.path.join(folder, "training_model.onnx")
             always_overwrite_gradients(training_path)
             training = onnx.load(training_path)
