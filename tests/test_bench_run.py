@@ -237,8 +237,8 @@ def test_timed_fits_of_a_group_are_interleaved(tmp_path, monkeypatch):
     assert rounds == (short + long) * 3
     sizing = order[: -4 * config.repeat]
     for name, length in long:
-        assert [e for n, e in sizing if n == name][0] == 1
-        assert [e for n, e in sizing if n == name][-1] == length
+        mine = [e for n, e in sizing if n == name]
+        assert mine[0] == 1 and mine[-1] == length
 
 
 class Allocator(Contender):

@@ -22,7 +22,16 @@ from test_ab import CONFIG, FakeSide
 
 from ortbench import cli
 from ortbench.bench import matrix
-from ortbench.bench.ab import BASE, HEAD, SIDE, SIDES, run_ab, side_label, write_sides
+from ortbench.bench.ab import (
+    AB_REPEAT,
+    BASE,
+    HEAD,
+    SIDE,
+    SIDES,
+    run_ab,
+    side_label,
+    write_sides,
+)
 from ortbench.bench.checkouts import Checkout
 from ortbench.bench.matrix import BenchConfig, Cell, cells, run_matrix
 from ortbench.bench.merge import MERGE_JSON, merge_runs
@@ -259,7 +268,7 @@ def test_merge_refuses_another_matrix_other_sides_overlap_and_gaps(tmp_path, cap
     shutil.copytree(shards[1], changed)
     write_shard(changed, "ab", other, Shard(2, 3), [Cell(*c) for c in info["cells"]], SETTINGS)
     line = refused(["merge", str(shards[0]), str(changed), str(shards[2]), *out], capsys)
-    assert "ran different matrices (repeat 24 against 12)" in line
+    assert f"ran different matrices (repeat {AB_REPEAT} against 12)" in line
     # another HEAD
     write_sides(changed, CHECKOUTS | {HEAD: replace(CHECKOUTS[HEAD], commit="c" * 40)})
     write_shard(changed, "ab", AB_CONFIG, Shard(2, 3), [Cell(*c) for c in info["cells"]], SETTINGS)
