@@ -35,6 +35,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ortbench: interrupted", file=sys.stderr)
         return 130
+    except ImportError as e:
+        # an extension module that Ctrl-C interrupts while it initialises raises
+        # ImportError ("initialization failed") from the KeyboardInterrupt
+        if not _from_interrupt(e):
+            raise
+        print("ortbench: interrupted", file=sys.stderr)
+        return 130
+
+
+def _from_interrupt(error: BaseException | None) -> bool:
+    """Whether ``error`` was raised while handling a KeyboardInterrupt, or from one."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 if __name__ == "__main__":

@@ -405,3 +405,36 @@ def test_a_wait_for_quiet_that_gave_up_is_in_the_row(tmp_path, monkeypatch):
     run_matrix(config, ResultsWriter(tmp_path), "restless")
     (row,) = read_records(tmp_path)
     assert row["timing"].endswith(f"; quiet wait gave up after 1 fits ({QUIET_LIMIT:g} s each)")
+
+
+class _Interrupted:
+    """An import finder whose ``ortbench.cli`` fails as an extension module that Ctrl-C
+    interrupts while it initialises: ImportError raised from KeyboardInterrupt."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        import importlib.util
+
+        return (
+            importlib.util.spec_from_loader(name, _Interrupted) if name == "ortbench.cli" else None
+        )
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+
+
+def test_ctrl_c_inside_an_extension_module_s_import_is_one_line(monkeypatch, capsys):
+    from ortbench.__main__ import main
+
+    monkeypatch.delitem(sys.modules, "ortbench.cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_Interrupted, *sys.meta_path])
+    assert main(["bench", "--quick"]) == 130
+    assert capsys.readouterr().err == "ortbench: interrupted\n"
