@@ -1,8 +1,9 @@
 """``scaling.png``: how a step's time grows with the batch and with the model.
 
-For each data set and device, one panel per contender shows time per step against batch
-size, one line per model size; a last panel shows time per step against trained values
-(the model's size) at one batch size, one line per contender.
+For each data set and device that ran two model sizes or more, one panel per contender
+shows time per step against batch size, one line per model size; a last panel shows time
+per step against trained values (the model's size) at one batch size, one line per
+contender. A run of one model size gets no such plot: the batch-size plot says it all.
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
 from ..bench.contenders import CONTENDERS
 from ..bench.store import read_results
 from .plots import COLORS
 
 SCALING_PNG = "scaling.png"
+SCALING_CAPTION = (
+    "Time per step of each contender, one line per model size, and of every contender "
+    "against the model's size at one batch size (last panel of each row): the gap between "
+    "two lines is what the bigger model costs, and the steepest line in the last panel is "
+    "the contender that copes worst with a bigger model."
+)
 #: Panels per row of the figure.
 COLUMNS = 4
 
@@ -32,6 +39,21 @@ def fixed_batch_size(rows: pd.DataFrame) -> int:
     return int(sizes[sizes == sizes.max()].index.max())
 
 
+def _with_sizes(results: pd.DataFrame) -> pd.DataFrame:
+    """The finished cells of the data sets and devices that ran two model sizes or more."""
+    if "trained_values" not in results:
+        return results.iloc[:0]
+    # a slope can come out negative on a loaded machine: nothing to draw on a log scale
+    ok = results[(results.status == "ok") & (results.seconds_per_step > 0)]
+    sizes = ok.groupby(["dataset", "device"]).trained_values.transform("nunique")
+    return ok[sizes >= 2]
+
+
+def has_model_sizes(results: pd.DataFrame) -> bool:
+    """True when some data set and device of the run ran two model sizes or more."""
+    return not _with_sizes(results).empty
+
+
 def _size_label(problem: str, values: float) -> str:
     return f"{problem} ({int(values):,})"
 
@@ -41,14 +63,14 @@ def _by_batch(ax, rows: pd.DataFrame, contender: str, colors: dict) -> None:
         points = points.sort_values("batch_size")
         ax.plot(
             points.batch_size,
-            points.seconds_per_step,
+            points.seconds_per_step * 1e6,
             marker="o",
             color=colors[problem],
             label=_size_label(problem, values),
         )
     ax.set_title(contender, fontsize=9)
     ax.set_xlabel("batch size")
-    ax.set_ylabel("seconds per step")
+    ax.set_ylabel("µs per step")
 
 
 def _by_size(ax, rows: pd.DataFrame, batch_size: int) -> None:
@@ -57,14 +79,14 @@ def _by_size(ax, rows: pd.DataFrame, batch_size: int) -> None:
         points = points.sort_values("trained_values")
         ax.plot(
             points.trained_values,
-            points.seconds_per_step,
+            points.seconds_per_step * 1e6,
             marker="o",
             label=contender,
             color=COLORS.get(contender),
         )
     ax.set_title(f"all contenders at batch {batch_size}", fontsize=9)
     ax.set_xlabel("trained values")
-    ax.set_ylabel("seconds per step")
+    ax.set_ylabel("µs per step")
     ax.legend(fontsize=6)
 
 
@@ -79,15 +101,11 @@ def write_scaling_plot(folder: str | Path) -> list[Path]:
     Returns
     -------
     list of Path
-        The plot's path, or nothing when no cell finished or the results predate the
-        ``trained_values`` column.
+        The plot's path, or nothing when no data set ran two model sizes (or the results
+        predate the ``trained_values`` column).
     """
     folder = Path(folder)
-    results = read_results(folder)
-    if "trained_values" not in results:
-        return []
-    # a slope can come out negative on a loaded machine: nothing to draw on a log scale
-    ok = results[(results.status == "ok") & (results.seconds_per_step > 0)]
+    ok = _with_sizes(read_results(folder))
     if ok.empty:
         return []
     order = {name: k for k, name in enumerate(CONTENDERS)}
@@ -116,6 +134,7 @@ def write_scaling_plot(folder: str | Path) -> list[Path]:
             ax.set_yscale("log")
             for axis in (ax.xaxis, ax.yaxis):
                 axis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             if contender is not None:
                 ax.set_xticks(sorted(rows.batch_size.unique()))
                 ax.xaxis.set_major_formatter(ScalarFormatter())
