@@ -104,7 +104,7 @@ def site(browser, tmp_path_factory):
     assert main(["bench", "--quick", *bench_options, "--out", str(root / "bench")]) == 0
     (bench,) = (root / "bench").iterdir()
     sizes = ["--hidden", "50,10", "256,128", "--problem", "mlp", "--batch-sizes", "16", "256"]
-    sizes += ["--contenders", *TWO_SIZE_CONTENDERS, "--repeat", "3", "--epochs", "1"]
+    sizes += ["--contenders", *TWO_SIZE_CONTENDERS, *bench_options]
     assert main(["bench", *sizes, "--out", str(root / "sizes")]) == 0
     (two_sizes,) = (root / "sizes").iterdir()
     profile_options = ["--epochs", "30"] if short else []
