@@ -99,13 +99,17 @@ def _bench_sections(summary: BenchSummary) -> list[str]:
             _section(
                 "Plots",
                 "\n".join(
-                    f'<figure><img src="{html.escape(p.file)}" alt="{html.escape(p.caption)}">'
+                    f'<figure><img src="{html.escape(p.file)}" alt="{html.escape(_stem(p.file))}">'
                     f"<figcaption>{html.escape(p.caption)}</figcaption></figure>"
                     for p in summary.plots
                 ),
             )
         )
     return parts
+
+
+def _stem(name: str) -> str:
+    return Path(name).stem.replace("_", " ")
 
 
 def _environment_section(results: pd.DataFrame) -> str:

@@ -142,7 +142,7 @@ def _by_batch_size(results: pd.DataFrame, path: Path, speedup: bool) -> None:
     groups = list(results.groupby(GROUP, sort=False))
     columns = min(len(groups), 2)
     rows = -(-len(groups) // columns)
-    fig = Figure(figsize=(WIDTH, 4.6 * rows + 0.6), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 3.8 * rows + 0.6), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     labels: dict[str, object] = {}
     for ax, (key, group) in zip(axes, groups):
