@@ -171,7 +171,9 @@ def _check_page(browser, name: str) -> None:
     folder = os.environ.get("ORTBENCH_SCREENSHOTS")
     if folder:
         height = browser.execute_script("return document.documentElement.scrollHeight")
-        browser.set_window_size(WIDTH, min(height, SCREENSHOT_HEIGHT))
+        # the window's own bars take some of its height: the page gets all of what is asked
+        bars = 1000 - browser.execute_script("return window.innerHeight")
+        browser.set_window_size(WIDTH, min(height, SCREENSHOT_HEIGHT) + bars)
         Path(folder).mkdir(parents=True, exist_ok=True)
         path = Path(folder) / f"{name}-page.png"
         browser.save_screenshot(str(path))

@@ -23,8 +23,11 @@ from .verdicts import escape_cell
 SUMMARY_MD = "summary.md"
 METHOD_TITLE = "How it was measured"
 #: The name of the validation score, by the problem's task.
-SCORE_NAMES = {"regression": "validation R²", "binary": "validation accuracy"}
-SCORE_NAMES["multiclass"] = SCORE_NAMES["binary"]
+SCORE_NAMES = {
+    "regression": "validation R²",
+    "binary": "validation accuracy",
+    "multiclass": "validation accuracy",
+}
 NOT_RUN_COLUMNS = ("contender", "problem", "dataset", "batch size", "device", "status")
 
 
