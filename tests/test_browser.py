@@ -187,17 +187,21 @@ def _times(ratio: float) -> str:
 
 def _expected_conclusions(folder: Path) -> list[tuple[set, list[str]]]:
     """Per data set and model size, from results.csv: the fastest contender at each batch
-    size and the smallest and largest speed-up of those over scikit-learn's MLP."""
+    size and the smallest and largest speed-up of those over scikit-learn's MLP (a cell
+    whose slope came out non-positive on a loaded machine measures nothing: left out)."""
     results = pd.read_csv(folder / "results.csv")
-    results = results[results.status == "ok"]
+    results = results[(results.status == "ok") & (results.seconds_per_step > 0)]
     expected = []
     for _, group in results.groupby(["dataset", "device", "trained_values"]):
         names, ratios = set(), []
         for _, cells in group.groupby("batch_size"):
             times = cells.set_index("contender").seconds_per_step
             names.add(times.idxmin())
-            ratios.append(times["sklearn-mlp-sgd"] / times.min())
-        expected.append((names, sorted({_times(min(ratios)), _times(max(ratios))})))
+            if "sklearn-mlp-sgd" in times:
+                ratios.append(times["sklearn-mlp-sgd"] / times.min())
+        expected.append(
+            (names, sorted({_times(min(ratios)), _times(max(ratios))} if ratios else ()))
+        )
     return expected
 
 

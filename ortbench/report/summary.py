@@ -95,10 +95,11 @@ def _title(problem: str, dataset: str, device: str, rows: pd.DataFrame) -> str:
 
 
 def _baseline_times(rows: pd.DataFrame, baseline: str | None) -> pd.Series:
-    """The baseline's time per step by batch size (NaN where it did not run)."""
+    """The baseline's time per step by batch size (NaN where it did not run, or where its
+    slope came out non-positive: no speed-up is measured against it there)."""
     mine = rows[rows.contender == baseline].drop_duplicates("batch_size")
     times = mine.set_index("batch_size").seconds_per_step
-    return times.reindex(sorted(rows.batch_size.unique()))
+    return times.where(times > 0).reindex(sorted(rows.batch_size.unique()))
 
 
 def conclusion(rows: pd.DataFrame) -> str:
