@@ -108,7 +108,7 @@ def test_summary_and_plots(run_folder):
     text = write_summary(run_folder)
     assert (run_folder / "summary.md").read_text() == text
     assert "## mlp (1,071 trained values) on diabetes, cpu" in text
-    assert "| 8 | sklearn-mlp-sgd |" in text and "| 1.00x |" in text
+    assert "| 8 | sklearn-mlp-sgd |" in text and "| 1.0x |" in text
     assert "| 8 | ort-full |" in text
     assert "slope between a 1-epoch fit and a longer one, at least 4 epochs and 50 ms" in text
     assert "fixed cost per fit" in text

@@ -19,14 +19,16 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from PIL import Image
 
 from ortbench.bench.store import COLUMNS, ResultsWriter
 from ortbench.cli import main
 
 WIDTH = 1400
 #: Screenshots stop at this height: the top of a long page is what a reader sees first.
-SCREENSHOT_HEIGHT = 3400
+SCREENSHOT_HEIGHT = 4000
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -69,6 +71,8 @@ def browser():
     shutil.rmtree(profile, ignore_errors=True)
 
 
+#: The contenders of the run with two model sizes.
+TWO_SIZE_CONTENDERS = ("sklearn-mlp-sgd", "ort-fwbw", "ort-portable-full")
 #: HEAD's time per step over BASE's, per contender, in the compare page's two run folders.
 CHANGES = {"ort-full": 1.0, "ort-fwbw": 2.0, "ort-fwbw-nesterov": 0.75}
 
@@ -98,8 +102,12 @@ def site(browser, tmp_path_factory):
     # screenshots show a whole --quick run and a default profile; the checks need less
     short = not os.environ.get("ORTBENCH_SCREENSHOTS")
     bench_options = ["--repeat", "3", "--epochs", "1"] if short else []
-    assert main(["bench", "--quick", *bench_options, "--out", str(root)]) == 0
-    (bench,) = [p for p in root.iterdir() if p.is_dir()]
+    assert main(["bench", "--quick", *bench_options, "--out", str(root / "bench")]) == 0
+    (bench,) = (root / "bench").iterdir()
+    sizes = ["--hidden", "50,10", "256,128", "--problem", "mlp", "--batch-sizes", "16", "256"]
+    sizes += ["--contenders", *TWO_SIZE_CONTENDERS, *bench_options]
+    assert main(["bench", *sizes, "--out", str(root / "sizes")]) == 0
+    (two_sizes,) = (root / "sizes").iterdir()
     profile_options = ["--epochs", "30"] if short else []
     assert main(["profile", "ort-fwbw", *profile_options, "--out", str(root / "profile")]) == 0
     (profile,) = (root / "profile").iterdir()
@@ -110,8 +118,12 @@ def site(browser, tmp_path_factory):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     yield {
-        "bench": f"{url}/{bench.name}/index.html",
+        "bench": f"{url}/bench/{bench.name}/index.html",
+        "bench_folder": bench,
+        "two_sizes": f"{url}/sizes/{two_sizes.name}/index.html",
+        "two_sizes_folder": two_sizes,
         "profile": f"{url}/profile/{profile.name}/index.html",
+        "profile_folder": profile,
         "compare": f"{url}/compare.html",
     }
     server.shutdown()
@@ -137,6 +149,15 @@ def _open(browser, url: str):
 
 
 def _check_page(browser, name: str) -> None:
+    titles = browser.execute_script(
+        "return [...document.querySelectorAll('h1')].map(h => h.textContent)"
+    )
+    assert len(titles) == 1, titles
+    headings = browser.execute_script(
+        "return [...document.querySelectorAll('h2, h3, h4')].map(h => h.textContent)"
+    )
+    run = titles[0].split(": run ")[-1].split(" vs ")[0]
+    assert not [h for h in headings if run in h], headings  # the title said once
     widths = browser.execute_script(
         "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
     )
@@ -150,9 +171,103 @@ def _check_page(browser, name: str) -> None:
     folder = os.environ.get("ORTBENCH_SCREENSHOTS")
     if folder:
         height = browser.execute_script("return document.documentElement.scrollHeight")
-        browser.set_window_size(WIDTH, min(height, SCREENSHOT_HEIGHT))
+        # the window's own bars take some of its height: the page gets all of what is asked
+        bars = 1000 - browser.execute_script("return window.innerHeight")
+        browser.set_window_size(WIDTH, min(height, SCREENSHOT_HEIGHT) + bars)
         Path(folder).mkdir(parents=True, exist_ok=True)
-        browser.save_screenshot(str(Path(folder) / f"{name}-page.png"))
+        path = Path(folder) / f"{name}-page.png"
+        browser.save_screenshot(str(path))
+        with Image.open(path) as shot:  # 256 colors: a few hundred KB, text still sharp
+            shot.quantize(256).save(path, optimize=True)
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
+
+
+def _expected_conclusions(folder: Path) -> list[tuple[set, list[str]]]:
+    """Per data set and model size, from results.csv: the fastest contender at each batch
+    size and the smallest and largest speed-up of those over scikit-learn's MLP (a cell
+    whose slope came out non-positive on a loaded machine measures nothing: left out)."""
+    results = pd.read_csv(folder / "results.csv")
+    results = results[(results.status == "ok") & (results.seconds_per_step > 0)]
+    expected = []
+    for _, group in results.groupby(["dataset", "device", "trained_values"]):
+        names, ratios = set(), []
+        for _, cells in group.groupby("batch_size"):
+            times = cells.set_index("contender").seconds_per_step
+            names.add(times.idxmin())
+            if "sklearn-mlp-sgd" in times:
+                ratios.append(times["sklearn-mlp-sgd"] / times.min())
+        expected.append(
+            (names, sorted({_times(min(ratios)), _times(max(ratios))} if ratios else ()))
+        )
+    return expected
+
+
+def _bench_structure(browser) -> dict:
+    return browser.execute_script(
+        """
+        const top = e => e.getBoundingClientRect().top + window.scrollY;
+        const method = [...document.querySelectorAll('p, li')]
+          .filter(p => p.textContent.includes('slope between'));
+        return {
+          tables: [...document.querySelectorAll('table')].map(t => ({
+            heads: [...t.querySelectorAll('thead th')].map(h => h.textContent),
+            rows: [...t.querySelectorAll('tbody tr')].map(r => [...r.cells].map(c => c.textContent)),
+            section: t.closest('section') ? t.closest('section').querySelector('h2').textContent : '',
+            top: top(t)})),
+          figures: [...document.querySelectorAll('figure')].map(f => ({
+            image: f.querySelector('img').src.split('/').pop(),
+            caption: f.querySelector('figcaption').textContent, top: top(f)})),
+          conclusions: [...document.querySelectorAll('.conclusion')].map(c => ({
+            text: c.textContent, top: top(c)})),
+          method: method.length,
+          methodOutside: method.filter(p => !p.closest('details')).length,
+          details: [...document.querySelectorAll('details')].map(top),
+        };
+        """
+    )
+
+
+def _check_bench_structure(browser, folder: Path, sizes: int) -> dict:
+    page = _bench_structure(browser)
+    # every (section, batch size, contender) shows in one table row only
+    seen = []
+    cells = [t for t in page["tables"] if {"batch size", "contender"} <= set(t["heads"])]
+    assert len(cells) == sizes, [t["section"] for t in cells]
+    for table in cells:
+        where = [table["heads"].index("batch size"), table["heads"].index("contender")]
+        seen += [(table["section"], *(row[k] for k in where)) for row in table["rows"]]
+    assert len(seen) == len(set(seen)), "a table is repeated"
+    ok = pd.read_csv(folder / "results.csv").query("status == 'ok'")
+    assert len(seen) == len(ok)
+    for table in cells:  # memory and counters in the same table, the score named
+        assert {"peak memory (MB)", "new OrtValues per step", "validation R²"} <= set(
+            table["heads"]
+        ), table["heads"]
+    # the answer first: one conclusion per data set and size, computed from the results
+    conclusions = page["conclusions"]
+    expected = _expected_conclusions(folder)
+    assert len(conclusions) == len(expected) == sizes
+    for conclusion, (names, ratios) in zip(conclusions, expected):
+        text = conclusion["text"]
+        assert "fastest" in text and all(name in text for name in names), (text, names)
+        assert all(f" {ratio}" in text for ratio in ratios), (text, ratios)
+    # the method folded at the end
+    assert page["method"] >= 1 and page["methodOutside"] == 0
+    figures = page["figures"]
+    assert all(len(f["caption"].split()) > 4 and f["caption"].endswith(".") for f in figures)
+    order = [
+        max(c["top"] for c in conclusions),
+        min(t["top"] for t in cells),
+        max(t["top"] for t in cells),
+        min(f["top"] for f in figures),
+        max(f["top"] for f in figures),
+        max(page["details"]),
+    ]
+    assert order == sorted(order), order
+    return page
 
 
 def test_bench_page(browser, site):
@@ -167,7 +282,18 @@ def test_bench_page(browser, site):
         "return [...document.querySelectorAll('table.results th')].map(h => h.textContent)"
     )
     assert "time per step (µs, median)" in headers
+    title = browser.execute_script("return document.querySelector('h1').textContent")
+    assert title == f"ortbench bench: run {site['bench_folder'].name}"
+    page = _check_bench_structure(browser, site["bench_folder"], sizes=1)
+    assert "scaling.png" not in [f["image"] for f in page["figures"]]  # one model size
     _check_page(browser, "bench")
+
+
+def test_bench_page_of_two_model_sizes(browser, site):
+    _open(browser, site["two_sizes"])
+    page = _check_bench_structure(browser, site["two_sizes_folder"], sizes=2)
+    assert [f["image"] for f in page["figures"]].count("scaling.png") == 1
+    _check_page(browser, "two-sizes")
 
 
 def test_profile_page(browser, site):
@@ -193,6 +319,8 @@ def test_profile_page(browser, site):
         "return document.querySelectorAll('.calltree details[open]').length"
     )
     assert opened > 3
+    title = browser.execute_script("return document.querySelector('h1').textContent")
+    assert title == f"ortbench profile: run {site['profile_folder'].name}"
     _check_page(browser, "profile")
 
 
@@ -213,4 +341,6 @@ def test_compare_page(browser, site):
     ]
     dots = browser.execute_script("return document.querySelectorAll('svg.strip circle').length")
     assert dots == 6 * 2 * 10  # BASE's and HEAD's samples of each timed cell
+    title = browser.execute_script("return document.querySelector('h1').textContent")
+    assert title == "ortbench compare: run base vs run head"
     _check_page(browser, "compare")

@@ -22,9 +22,9 @@ from ortbench.profiling.calltree import CallTree, profile_call, short_path
 from ortbench.profiling.driver import MAX_EPOCHS, MIN_EPOCHS, WINDOW_SECONDS, steady_epochs
 from ortbench.profiling.hotspots import hotspots_markdown
 from ortbench.profiling.steps import steps_markdown
-from ortbench.report.html import round_to_noise
 from ortbench.report.plots import coinciding
 from ortbench.report.profile_page import calltree_html
+from ortbench.report.units import round_to_noise
 from ortbench.training import ForwardBackwardTrainer, LearningRateSGD
 from ortbench.training.runtime import profiled_sessions
 

@@ -255,6 +255,18 @@ def register(problem: Problem) -> Problem:
     return problem
 
 
+def problem_task(name: str) -> str | None:
+    """The task (regression, binary, multiclass) of a problem by its name; None for a
+    name neither built in nor registered in this process."""
+    registered = {p.task for (n, _), p in _REGISTERED.items() if n == name}
+    if len(registered) == 1:
+        return registered.pop()
+    try:
+        return _MODELS[parse_problem_name(name)[0]][1]
+    except OrtBenchError:
+        return None
+
+
 def is_registered(name: str, dataset: str) -> bool:
     """True when (name, dataset) is a problem made from a user's files."""
     return (name, dataset) in _REGISTERED

@@ -75,7 +75,8 @@ def comparison_html(comparison: Comparison) -> str:
         parts.append(
             f"<details><summary>{len(unchanged)} unchanged</summary>{_table(unchanged)}</details>"
         )
-    return html_page("ortbench compare", "\n".join(parts), STYLE)
+    title = f"ortbench compare: {comparison.base} vs {comparison.head}"
+    return html_page(title, "\n".join(parts), STYLE)
 
 
 def _table(verdicts: list[Verdict]) -> str:

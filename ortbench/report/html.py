@@ -7,35 +7,16 @@ network, so the folder can be archived, attached to a CI job or opened offline.
 from __future__ import annotations
 
 import html
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from ..bench.store import RESULTS_CSV, read_results
 from . import profile_page
-from .markdown import markdown_to_html
-from .summary import SUMMARY_MD, write_summary
+from .summary import METHOD_TITLE, BenchSummary, Table, bench_summary, run_plots, write_summary
 
 INDEX_HTML = "index.html"
 
-#: Columns of results.csv shown in the page's table: header, and how a value reads.
-TABLE_COLUMNS = {
-    "contender": "contender",
-    "problem": "problem",
-    "dataset": "data set",
-    "batch_size": "batch size",
-    "device": "device",
-    "seconds_per_step": "time per step (µs, median)",
-    "spread": "min - max (µs)",
-    "seconds_per_fit_overhead": "fixed cost per fit (ms)",
-    "peak_memory_mb": "peak memory (MB)",
-    "final_train_loss": "final train loss",
-    "validation_score": "validation score",
-    "runs_per_step": "runtime runs per step",
-    "ortvalues_per_step": "new OrtValues per step",
-    "status": "status",
-}
 ENVIRONMENT_COLUMNS = [
     "python_version",
     "ortbench_version",
@@ -66,6 +47,10 @@ figure { margin: 1em 0; }
 figure img { width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
 code { font-size: 0.92em; }
+tr.next td { border-top: 2px solid #999; }
+ul.conclusions { padding-left: 1.2em; }
+li.conclusion { margin: 0.25em 0; }
+details.method summary { cursor: pointer; font-weight: 600; font-size: 1.1em; }
 h2 { border-bottom: 2px solid #ddd; padding-bottom: 0.2em; margin-top: 1.8em; }
 """
 
@@ -74,75 +59,57 @@ def _section(title: str, body: str) -> str:
     return f"<section><h2>{html.escape(title)}</h2>\n{body}\n</section>"
 
 
-def round_to_noise(value: float, noise: float, digits: int = 3) -> str:
-    """``value`` with no digit finer than its noise's first digit.
-
-    Parameters
-    ----------
-    value : float
-        A measured value.
-    noise : float
-        Its uncertainty, for example half the spread of repeated measurements; NaN or 0
-        when unknown.
-    digits : int
-        Significant digits shown when the noise is unknown, and at most otherwise; at
-        least 2 are shown.
-
-    Returns
-    -------
-    str
-        The rounded value ("" for NaN): 152.34 with noise 12 reads "150", with noise 0.3
-        "152", with noise 400 "150".
-    """
-    if value is None or math.isnan(value):
-        return ""
-    magnitude = math.floor(math.log10(abs(value))) if value else 0
-    decimals = digits - 1 - magnitude
-    if noise and not math.isnan(noise) and noise > 0:  # never fewer than 2 digits
-        decimals = max(min(decimals, -math.floor(math.log10(noise))), 1 - magnitude)
-    return f"{round(value, decimals):.{max(decimals, 0)}f}"
-
-
-def _general(value) -> str:
-    if isinstance(value, float):
-        return "" if math.isnan(value) else f"{value:.3g}"
-    return html.escape(str(value))
-
-
-def _results_section(results: pd.DataFrame) -> str:
-    rows = []
-    for row in results.to_dict("records"):
-        median = row.get("seconds_per_step", math.nan) * 1e6
-        low = row.get("seconds_per_step_min", math.nan) * 1e6
-        high = row.get("seconds_per_step_max", math.nan) * 1e6
-        cells = {
-            "seconds_per_step": round_to_noise(median, (high - low) / 2),
-            "spread": ""
-            if math.isnan(low)
-            else f"{round_to_noise(low, math.nan, 2)} - {round_to_noise(high, math.nan, 2)}",
-            "seconds_per_fit_overhead": round_to_noise(
-                row.get("seconds_per_fit_overhead", math.nan) * 1e3, math.nan, 2
-            ),
-            "peak_memory_mb": ""
-            if math.isnan(row.get("peak_memory_mb", math.nan))
-            else f"{row['peak_memory_mb']:.1f}",
-        }
-        rows.append({c: cells.get(c, _general(row.get(c, ""))) for c in TABLE_COLUMNS})
-    shown = [c for c in TABLE_COLUMNS if any(r[c] for r in rows)]
-    # a column with one value in every row is said once, above the table
-    constant = [c for c in shown if len(rows) > 1 and len({r[c] for r in rows}) == 1]
-    shown = [c for c in shown if c not in constant]
-    text = {"contender", "problem", "dataset", "device", "status"}
-    kind = {c: "status" if c == "status" else "text" if c in text else "num" for c in shown}
-    head = "".join(f"<th class='{kind[c]}'>{html.escape(TABLE_COLUMNS[c])}</th>" for c in shown)
-    body = "".join(
-        "<tr>" + "".join(f"<td class='{kind[c]}'>{r[c]}</td>" for c in shown) + "</tr>"
-        for r in rows
+def _table(table: Table, css: str = "") -> str:
+    kind = ["num" if numeric else "text" for numeric in table.numeric]
+    if "status" in table.headers:
+        kind[table.headers.index("status")] = "status"
+    head = "".join(
+        f"<th class='{k}'>{html.escape(name)}</th>" for k, name in zip(kind, table.headers)
     )
-    common = ", ".join(f"{TABLE_COLUMNS[c]} {rows[0][c]}" for c in constant)
-    return (
-        f"<p>Every row: {common}. Times are rounded to half their min - max spread.</p>"
-    ) + f"<table class='results'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # a line above each new batch size, when the table goes by batch size
+    grouped = table.headers[:1] == ["batch size"]
+    starts = [
+        grouped and k > 0 and row[0] != table.rows[k - 1][0] for k, row in enumerate(table.rows)
+    ]
+    body = "".join(
+        ("<tr class='next'>" if start else "<tr>")
+        + "".join(f"<td class='{k}'>{html.escape(cell)}</td>" for k, cell in zip(kind, row))
+        + "</tr>"
+        for start, row in zip(starts, table.rows)
+    )
+    css = f" class='{css}'" if css else ""
+    return f"<table{css}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _bench_sections(summary: BenchSummary) -> list[str]:
+    """The answer, the tables and the plots, in this order."""
+    conclusions = "".join(
+        f"<li class='conclusion'><strong>{html.escape(s.title)}</strong>: "
+        f"{html.escape(s.conclusion)}.</li>"
+        for s in summary.sections
+    )
+    parts = [
+        f"<p class='lead'>{html.escape(summary.lead)}</p><ul class='conclusions'>{conclusions}</ul>"
+    ]
+    parts += [_section(s.title, _table(s.table, "results")) for s in summary.sections]
+    if summary.not_run:
+        parts.append(_section("Cells not run", _table(summary.not_run)))
+    if summary.plots:
+        parts.append(
+            _section(
+                "Plots",
+                "\n".join(
+                    f'<figure><img src="{html.escape(p.file)}" alt="{html.escape(_stem(p.file))}">'
+                    f"<figcaption>{html.escape(p.caption)}</figcaption></figure>"
+                    for p in summary.plots
+                ),
+            )
+        )
+    return parts
+
+
+def _stem(name: str) -> str:
+    return Path(name).stem.replace("_", " ")
 
 
 def _environment_section(results: pd.DataFrame) -> str:
@@ -180,36 +147,51 @@ def html_page(title: str, body: str, style: str = "") -> str:
     )
 
 
+def _method(summary: BenchSummary, results: pd.DataFrame) -> str:
+    return (
+        f"<details class='method'><summary>{METHOD_TITLE}, and on what</summary>"
+        f"<p>{html.escape(summary.method)}</p>{_environment_section(results)}</details>"
+    )
+
+
 def write_index(run_dir: str | Path) -> Path:
-    """Write ``index.html`` (and ``summary.md`` when the folder has bench results)."""
+    """Write ``index.html`` (and ``summary.md`` when the folder has bench results).
+
+    The page's only title names the commands that wrote the folder and its run; a bench
+    run's answer, tables and plots come first, then the profiles, then how it was
+    measured, folded.
+    """
     run_dir = Path(run_dir)
-    sections = []
+    sections, commands = [], []
     results = read_results(run_dir) if (run_dir / RESULTS_CSV).exists() else None
+    summary = None
     if results is not None and not results.empty:
         write_summary(run_dir)
-        summary = (run_dir / SUMMARY_MD).read_text(encoding="utf-8")
-        sections.append(f"<section>{markdown_to_html(summary)}</section>")  # its own h2
-        sections.append(_section("Results", _results_section(results)))
+        summary = bench_summary(results, run_plots(run_dir, results))
+        sections += _bench_sections(summary)
+        commands.append("bench")
     if results is not None and results.attrs.get("bad_rows"):
         rows = "".join(f"<li>{html.escape(str(row))}</li>" for row in results.attrs["bad_rows"])
         sections.append(_section(f"Bad rows of {RESULTS_CSV}, left out", f"<ul>{rows}</ul>"))
-    images = sorted(run_dir.glob("*.png"))
-    if images:
-        body = "\n".join(
-            f'<figure><img src="{html.escape(p.name)}" alt="{html.escape(p.stem)}">'
-            f"<figcaption>{html.escape(p.stem.replace('_', ' '))}</figcaption></figure>"
-            for p in images
-        )
-        sections.append(_section("Plots", body))
-    for folder in sorted(p for p in run_dir.glob("profile-*") if p.is_dir()):
+    profiles = sorted(p for p in run_dir.glob("profile-*") if p.is_dir())
+    for folder in profiles:
         sections.append(
             _section(f"Profile: {folder.name[8:]}", profile_page.profile_section(folder, run_dir))
         )
-    if results is not None and not results.empty:
-        sections.append(_section("Environment", _environment_section(results)))
+    if profiles:
+        commands.append("profile")
+    if summary is not None:
+        sections.append(_method(summary, results))
     if not sections:
         sections.append("<p>This folder holds no ortbench results or profiles yet.</p>")
-    page = html_page(f"ortbench: {run_dir.name}", "\n".join(sections), profile_page.STYLE)
+    title = f"ortbench {' and '.join(commands) or 'run'}: run {_run_id(run_dir, results)}"
+    page = html_page(title, "\n".join(sections), profile_page.STYLE)
     path = run_dir / INDEX_HTML
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _run_id(run_dir: Path, results: pd.DataFrame | None) -> str:
+    if results is not None and not results.empty:
+        return str(results.run_id.iloc[0])
+    return run_dir.name

@@ -37,6 +37,23 @@ STYLES = {
 #: Curves closer than this (relative, at every epoch) are said to coincide.
 COINCIDE = 1e-3
 DPI = 110
+LOSS_CURVES_PNG, SECONDS_PER_STEP_PNG, SPEEDUP_PNG = (
+    "loss_curves.png",
+    "seconds_per_step.png",
+    "speedup.png",
+)
+#: Each plot of :func:`write_plots` and the sentence that says what to look at in it.
+PLOT_CAPTIONS = {
+    LOSS_CURVES_PNG: "Training loss after each epoch: contenders that train the same model "
+    "the same way follow one curve (the legend names those that coincide), so a curve "
+    "apart from its twins is a different optimizer or a bug.",
+    SECONDS_PER_STEP_PNG: "Time per step against batch size, both on log scales: the lowest "
+    "line is the fastest contender, and a line that climbs faster than the others pays "
+    "more for each extra sample.",
+    SPEEDUP_PNG: f"Speed-up over {BASELINE} against batch size: above the dotted line at 1 "
+    "a contender is faster than it; where lines cross, the best choice depends on the "
+    "batch size.",
+}
 #: Width of a whole figure in inches: at DPI, about the page's width.
 WIDTH = 12
 
@@ -125,7 +142,7 @@ def _by_batch_size(results: pd.DataFrame, path: Path, speedup: bool) -> None:
     groups = list(results.groupby(GROUP, sort=False))
     columns = min(len(groups), 2)
     rows = -(-len(groups) // columns)
-    fig = Figure(figsize=(WIDTH, 4.6 * rows + 0.6), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 3.8 * rows + 0.6), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     labels: dict[str, object] = {}
     for ax, (key, group) in zip(axes, groups):
@@ -172,7 +189,7 @@ def write_plots(folder: str | Path) -> list[Path]:
     results = results[results.status == "ok"]
     if results.empty:
         return []
-    paths = [folder / "loss_curves.png", folder / "seconds_per_step.png", folder / "speedup.png"]
+    paths = [folder / name for name in PLOT_CAPTIONS]
     _loss_curves(results, read_loss_curves(folder), paths[0])
     _by_batch_size(results, paths[1], speedup=False)
     _by_batch_size(results, paths[2], speedup=True)

@@ -1,30 +1,80 @@
-"""``summary.md``: per data set and model size, then batch size, each contender's time per
-step and speed-up over the run's baseline."""
+"""What a bench run found, in the order a reader wants it: the answer first (one line per
+data set and model size), then one table per section, then the plots, then how it was
+measured. :func:`bench_summary` builds it from the results; ``summary.md`` and the run's
+page render that same content, rounded once."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from ..bench.contenders import BASELINE, CONTENDERS
 from ..bench.contenders.base import MIN_EXTRA_SECONDS, SHORT_EPOCHS
+from ..bench.problems import problem_task
 from ..bench.store import read_results
-from .units import format_seconds
+from .plots import PLOT_CAPTIONS
+from .scaling import SCALING_CAPTION, SCALING_PNG, has_model_sizes
+from .units import format_seconds, round_to_noise
 from .verdicts import escape_cell
 
 SUMMARY_MD = "summary.md"
+METHOD_TITLE = "How it was measured"
+#: The name of the validation score, by the problem's task.
+SCORE_NAMES = {
+    "regression": "validation R²",
+    "binary": "validation accuracy",
+    "multiclass": "validation accuracy",
+}
+NOT_RUN_COLUMNS = ("contender", "problem", "dataset", "batch size", "device", "status")
 
 
-def _number(value: float) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.4g}"
+@dataclass
+class Table:
+    """Headers, which columns hold numbers, and rows of cells already written out."""
+
+    headers: list[str]
+    numeric: list[bool]
+    rows: list[list[str]] = field(default_factory=list)
 
 
-def _speedup(baseline: float, seconds: float) -> str:
-    if math.isnan(baseline) or math.isnan(seconds) or seconds <= 0:
+@dataclass
+class Section:
+    """The cells of one problem (model size) on one data set and device."""
+
+    title: str
+    conclusion: str
+    table: Table
+
+
+@dataclass
+class Plot:
+    """A PNG of the run folder and the sentence that says what to look at in it."""
+
+    file: str
+    caption: str
+
+
+@dataclass
+class BenchSummary:
+    """A bench run's report, independent of how it is rendered."""
+
+    title: str
+    lead: str
+    sections: list[Section]
+    not_run: Table | None
+    plots: list[Plot]
+    method: str
+    machine: str
+
+
+def format_speedup(ratio: float) -> str:
+    """A speed-up as it reads everywhere: 2 significant digits, at least 1 decimal below 10."""
+    if ratio is None or math.isnan(ratio):
         return "n/a"
-    return f"{baseline / seconds:.2f}x"
+    return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
 
 
 def group_baseline(rows: pd.DataFrame) -> str | None:
@@ -38,87 +88,240 @@ def group_baseline(rows: pd.DataFrame) -> str | None:
     return next((name for name in candidates if name in ran), None)
 
 
-def _heading(problem: str, dataset: str, device: str, rows: pd.DataFrame) -> str:
+def _title(problem: str, dataset: str, device: str, rows: pd.DataFrame) -> str:
     values = rows["trained_values"].iloc[0] if "trained_values" in rows else math.nan
     size = "" if pd.isna(values) else f" ({int(values):,} trained values)"
-    return f"## {problem}{size} on {dataset}, {device}"
+    return f"{problem}{size} on {dataset}, {device}"
 
 
-def _group_table(rows: pd.DataFrame) -> list[str]:
-    baseline_name = group_baseline(rows)
-    lines = [
-        f"| batch size | contender | time per step | min - max | fixed cost per fit "
-        f"| speed-up vs {baseline_name} | final train loss | validation loss |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for batch_size, batch in rows.groupby("batch_size", sort=True):
-        base = batch.loc[batch.contender == baseline_name, "seconds_per_step"]
-        baseline = float(base.iloc[0]) if len(base) else math.nan
-        for row in batch.itertuples():
-            spread = (
-                f"{format_seconds(row.seconds_per_step_min)} - "
-                f"{format_seconds(row.seconds_per_step_max)}"
-            )
-            lines.append(
-                f"| {batch_size} | {row.contender} | {format_seconds(row.seconds_per_step)} "
-                f"| {spread} | {format_seconds(row.seconds_per_fit_overhead)} "
-                f"| {_speedup(baseline, row.seconds_per_step)} "
-                f"| {_number(row.final_train_loss)} | {_number(row.validation_loss)} |"
-            )
-    return lines
+def _baseline_times(rows: pd.DataFrame, baseline: str | None) -> pd.Series:
+    """The baseline's time per step by batch size (NaN where it did not run, or where its
+    slope came out non-positive: no speed-up is measured against it there)."""
+    mine = rows[rows.contender == baseline].drop_duplicates("batch_size")
+    times = mine.set_index("batch_size").seconds_per_step
+    return times.where(times > 0).reindex(sorted(rows.batch_size.unique()))
 
 
-def summary_markdown(results: pd.DataFrame) -> str:
-    """The markdown summary of a results table."""
-    if results.empty:
-        return "# ortbench bench\n\nNo cell finished.\n"
-    first = results.iloc[0]
-    lines = [
-        f"# ortbench bench: run {first.run_id}",
-        "",
+def conclusion(rows: pd.DataFrame) -> str:
+    """One line: the fastest contender at each batch size, and its speed-up over the
+    baseline (the range over batch sizes).
+
+    Parameters
+    ----------
+    rows : DataFrame
+        The finished cells of one problem on one data set and device.
+
+    Returns
+    -------
+    str
+        For example "ort-fwbw fastest at every batch size, 3.3x to 6.5x sklearn-mlp-sgd".
+    """
+    timed = rows[rows.seconds_per_step > 0]  # a non-positive slope measures nothing
+    if timed.empty:
+        return "no cell has a positive time per step"
+    baseline = group_baseline(rows)
+    base = _baseline_times(rows, baseline)
+    fastest = timed.loc[timed.groupby("batch_size").seconds_per_step.idxmin()]
+    names = list(dict.fromkeys(fastest.contender))
+    if len(names) == 1:
+        where = "every batch size" if rows.batch_size.nunique() > 1 else "this batch size"
+        text = f"{names[0]} fastest at {where}"
+    else:
+        text = "fastest: " + ", ".join(
+            f"{r.contender} at batch size {r.batch_size}" for r in fastest.itertuples()
+        )
+    ratios = (base.reindex(fastest.batch_size).to_numpy() / fastest.seconds_per_step).dropna()
+    if names == [baseline] or ratios.empty:
+        return text
+    low, high = format_speedup(ratios.min()), format_speedup(ratios.max())
+    separator = ", " if len(names) == 1 else "; "
+    return f"{text}{separator}{low if low == high else f'{low} to {high}'} {baseline}"
+
+
+def _number(value, form: str = ".4g") -> str:
+    return "" if value is None or pd.isna(value) else f"{value:{form}}"
+
+
+def _section_table(rows: pd.DataFrame) -> Table:
+    """Every column a reader needs, the empty ones left out."""
+    baseline = group_baseline(rows)
+    base = _baseline_times(rows, baseline)
+    tasks = {problem_task(p) for p in rows.problem.unique()}
+    score = SCORE_NAMES.get(tasks.pop()) if len(tasks) == 1 else None
+    columns: dict[str, tuple[bool, list[str]]] = {
+        name: (numeric, [])
+        for name, numeric in (
+            ("batch size", True),
+            ("contender", False),
+            ("time per step (µs, median)", True),
+            ("min to max (µs)", True),
+            ("fixed cost per fit (ms)", True),
+            (f"speed-up vs {baseline}", True),
+            ("peak memory (MB)", True),
+            ("final train loss", True),
+            ("validation loss", True),
+            (score or "validation score (R² or accuracy)", True),
+            ("runtime runs per step", True),
+            ("new OrtValues per step", True),
+        )
+    }
+    for row in rows.sort_values("batch_size", kind="stable").itertuples():
+        median, low, high = (
+            row.seconds_per_step * 1e6,
+            row.seconds_per_step_min * 1e6,
+            row.seconds_per_step_max * 1e6,
+        )
+        speedup = base.get(row.batch_size, math.nan) / row.seconds_per_step
+        cells = [
+            str(row.batch_size),
+            row.contender,
+            round_to_noise(median, (high - low) / 2),
+            ""
+            if math.isnan(low)
+            else f"{round_to_noise(low, math.nan, 2)} to {round_to_noise(high, math.nan, 2)}",
+            round_to_noise(row.seconds_per_fit_overhead * 1e3, math.nan, 2),
+            format_speedup(speedup) if row.seconds_per_step > 0 else "n/a",
+            _number(row.peak_memory_mb, ".1f"),
+            _number(row.final_train_loss),
+            _number(row.validation_loss),
+            _number(row.validation_score, ".3g"),
+            _number(row.runs_per_step, ".3g"),
+            _number(row.ortvalues_per_step, ".3g"),
+        ]
+        for (_, values), cell in zip(columns.values(), cells):
+            values.append(cell)
+    shown = {name: v for name, v in columns.items() if any(v[1])}
+    return Table(
+        list(shown),
+        [numeric for numeric, _ in shown.values()],
+        [list(cells) for cells in zip(*(values for _, values in shown.values()))],
+    )
+
+
+def _method(first: pd.Series, baselines: list[str]) -> str:
+    return (
         f"Time per training step: median over {first['repeat']} rounds of the slope between "
         f"a {SHORT_EPOCHS}-epoch fit and a longer one, at least {first['epochs']} epochs and "
         f"{format_seconds(MIN_EXTRA_SECONDS)} longer (the timing column of results.csv gives "
         "each cell's lengths; the time a fit pays once cancels out and is shown apart as "
         "fixed cost per fit), after a first fit of "
-        f"{first['epochs']} epochs that built the model and gave the losses; the timed fits "
-        "of the contenders of one batch size take turns, and every timed epoch holds at "
-        "least 8 full batches. Speed-up: the baseline's time per step over the contender's, "
-        "at the same batch size (the baseline: the one the run named, else "
-        f"{BASELINE} where it ran, else the first of the engine's contenders). Sections go "
-        "by data set, device and model size (trained values).",
-        "",
-        f"Machine: {first.cpu_model}, {first.cpu_cores} cores, {first.cpu_threads} threads "
-        f"({first.platform}). Python {first.python_version}, onnxruntime "
-        f"{first.onnxruntime_version}, scikit-learn {first.sklearn_version}, numpy "
-        f"{first.numpy_version}, torch {first.torch_version}.",
-    ]
+        f"{first['epochs']} epochs that built the model and gave the losses and the "
+        "validation score; the timed fits of the contenders of one batch size take turns, "
+        "and every timed epoch holds at least 8 full batches. Times are rounded to half "
+        "the spread between their min and max. Speed-up: the baseline's time per step over the "
+        "contender's, at the same batch size (the baseline: the one the run named, else "
+        f"{BASELINE} where it ran, else the first of the engine's contenders; here "
+        f"{', '.join(baselines) or 'none ran'}). Sections go by data set, device and model "
+        "size (trained values)."
+    )
+
+
+def run_plots(folder: str | Path, results: pd.DataFrame) -> list[Plot]:
+    """The plots of a run folder worth showing, in reading order, with their captions:
+    the scaling plot only when the run has two model sizes or more."""
+    folder = Path(folder)
+    captions = dict(PLOT_CAPTIONS)
+    if has_model_sizes(results):
+        captions[SCALING_PNG] = SCALING_CAPTION
+    return [Plot(name, text) for name, text in captions.items() if (folder / name).exists()]
+
+
+def bench_summary(results: pd.DataFrame, plots: list[Plot] | None = None) -> BenchSummary:
+    """What a bench run found, from its results table.
+
+    Parameters
+    ----------
+    results : DataFrame
+        ``results.csv`` of one run.
+    plots : list of Plot, optional
+        The plots shown after the tables (see :func:`run_plots`).
+
+    Returns
+    -------
+    BenchSummary
+    """
+    first = results.iloc[0]
     ok = results[results.status == "ok"]
     if "trained_values" in ok:
         ok = ok.sort_values(["dataset", "device", "trained_values"], kind="stable")
-    for (problem, dataset, device), rows in ok.groupby(
-        ["problem", "dataset", "device"], sort=False
-    ):
-        lines += ["", _heading(problem, dataset, device, rows), "", *_group_table(rows)]
+    groups = list(ok.groupby(["problem", "dataset", "device"], sort=False))
+    sections = [
+        Section(_title(*key, rows), conclusion(rows), _section_table(rows)) for key, rows in groups
+    ]
+    baselines = list(dict.fromkeys(b for _, rows in groups if (b := group_baseline(rows))))
+    against = baselines[0] if len(baselines) == 1 else "each section's baseline"
     other = results[results.status != "ok"]
+    not_run = None
     if len(other):
-        lines += [
-            "",
-            "## Cells not run",
-            "",
-            "| contender | problem | dataset | batch size | device | status |",
-            "|---|---|---|---:|---|---|",
-        ]
-        lines += [
-            f"| {r.contender} | {r.problem} | {r.dataset} | {r.batch_size} | {r.device} "
-            f"| {escape_cell(r.status)} |"
+        not_run = Table(list(NOT_RUN_COLUMNS), [False, False, False, True, False, False])
+        not_run.rows = [
+            [r.contender, r.problem, r.dataset, str(r.batch_size), r.device, r.status]
             for r in other.itertuples()
         ]
+    machine = (
+        f"Machine: {first.cpu_model}, {first.cpu_cores} cores, {first.cpu_threads} threads "
+        f"({first.platform}). Python {first.python_version}, onnxruntime "
+        f"{first.onnxruntime_version}, scikit-learn {first.sklearn_version}, numpy "
+        f"{first.numpy_version}, torch {first.torch_version}."
+    )
+    return BenchSummary(
+        title=f"ortbench bench: run {first.run_id}",
+        lead=(
+            f"Time per training step of each contender, median of {first['repeat']} timed "
+            f"rounds, and its speed-up over {against} at the same batch size."
+            if sections
+            else "No cell finished."
+        ),
+        sections=sections,
+        not_run=not_run,
+        plots=plots or [],
+        method=_method(first, baselines),
+        machine=machine,
+    )
+
+
+def _markdown_table(table: Table) -> list[str]:
+    rule = "|".join("---:" if numeric else "---" for numeric in table.numeric)
+    return [
+        "| " + " | ".join(table.headers) + " |",
+        f"|{rule}|",
+        *("| " + " | ".join(escape_cell(c) for c in row) + " |" for row in table.rows),
+    ]
+
+
+def summary_markdown(results: pd.DataFrame, plots: list[Plot] | None = None) -> str:
+    """``summary.md``: :func:`bench_summary` as markdown, in the page's order."""
+    if results.empty:
+        return "# ortbench bench\n\nNo cell finished.\n"
+    summary = bench_summary(results, plots)
+    lines = [f"# {summary.title}", "", summary.lead]
+    if summary.sections:
+        lines.append("")
+        lines += [f"- **{s.title}**: {s.conclusion}." for s in summary.sections]
+    for section in summary.sections:
+        lines += ["", f"## {section.title}", "", *_markdown_table(section.table)]
+    if summary.not_run:
+        lines += ["", "## Cells not run", "", *_markdown_table(summary.not_run)]
+    if summary.plots:
+        lines += ["", "## Plots"]
+        for plot in summary.plots:
+            lines += ["", f"![{plot.file}]({plot.file})", "", plot.caption]
+    lines += [
+        "",
+        f"<details><summary>{METHOD_TITLE}</summary>",
+        "",
+        summary.method,
+        "",
+        summary.machine,
+        "",
+        "</details>",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def write_summary(folder: str | Path) -> str:
     """Write ``summary.md`` into a run folder from its results; return its text."""
-    text = summary_markdown(read_results(folder))
+    results = read_results(folder)
+    text = summary_markdown(results, run_plots(folder, results))
     (Path(folder) / SUMMARY_MD).write_text(text, encoding="utf-8")
     return text

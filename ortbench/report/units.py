@@ -17,6 +17,35 @@ def format_seconds(seconds: float) -> str:
     return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
 
 
+def round_to_noise(value: float, noise: float, digits: int = 3) -> str:
+    """``value`` with no digit finer than its noise's first digit.
+
+    Parameters
+    ----------
+    value : float
+        A measured value.
+    noise : float
+        Its uncertainty, for example half the spread of repeated measurements; NaN or 0
+        when unknown.
+    digits : int
+        Significant digits shown when the noise is unknown, and at most otherwise; at
+        least 2 are shown.
+
+    Returns
+    -------
+    str
+        The rounded value ("" for NaN): 152.34 with noise 12 reads "150", with noise 0.3
+        "152", with noise 400 "150".
+    """
+    if value is None or math.isnan(value):
+        return ""
+    magnitude = math.floor(math.log10(abs(value))) if value else 0
+    decimals = digits - 1 - magnitude
+    if noise and not math.isnan(noise) and noise > 0:  # never fewer than 2 digits
+        decimals = max(min(decimals, -math.floor(math.log10(noise))), 1 - magnitude)
+    return f"{round(value, decimals):.{max(decimals, 0)}f}"
+
+
 def format_value(value: float | None, unit: str | None) -> str:
     """A measured value with its unit: seconds and bytes scaled, anything else as is."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

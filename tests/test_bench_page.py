@@ -1,0 +1,196 @@
+"""The bench run's page and ``summary.md``: the answer first, each row once, the plots
+that say something, the method folded at the end (read back with the standard library's
+HTML parser; ``tests/test_browser.py`` checks the page in a browser)."""
+
+from __future__ import annotations
+
+import math
+from html.parser import HTMLParser
+
+import pandas as pd
+import pytest
+
+from ortbench.bench.store import COLUMNS, ResultsWriter
+from ortbench.report.html import write_index
+from ortbench.report.markdown import markdown_to_html
+from ortbench.report.plots import PLOT_CAPTIONS
+from ortbench.report.scaling import SCALING_PNG, has_model_sizes
+from ortbench.report.summary import SUMMARY_MD, bench_summary, conclusion, run_plots
+
+#: Seconds per step by (problem, batch size, contender): ort-fwbw 3.3x then 6.5x faster
+#: than scikit-learn on the small model; on the big one ort-full wins at batch 256.
+TIMES = {
+    ("mlp", 15, "sklearn-mlp-sgd"): 660e-6,
+    ("mlp", 15, "ort-full"): 300e-6,
+    ("mlp", 15, "ort-fwbw"): 200e-6,
+    ("mlp", 256, "sklearn-mlp-sgd"): 13e-3,
+    ("mlp", 256, "ort-full"): 2.5e-3,
+    ("mlp", 256, "ort-fwbw"): 2e-3,
+    ("mlp-256-128", 15, "sklearn-mlp-sgd"): 3e-3,
+    ("mlp-256-128", 15, "ort-full"): 1.1e-3,
+    ("mlp-256-128", 15, "ort-fwbw"): 1e-3,
+    ("mlp-256-128", 256, "sklearn-mlp-sgd"): 60e-3,
+    ("mlp-256-128", 256, "ort-full"): 4e-3,
+    ("mlp-256-128", 256, "ort-fwbw"): 5e-3,
+}
+SIZES = {"mlp": 5571, "mlp-256-128": 47_000}
+
+
+def _row(problem: str, batch_size: int, contender: str, seconds: float) -> dict:
+    row = dict.fromkeys(COLUMNS, math.nan)
+    row.update(
+        run_id="r1", contender=contender, problem=problem, dataset="make_regression",
+        batch_size=batch_size, device="cpu", status="ok", epochs=3, steps=100, repeat=8,
+        timing="slope", trained_values=SIZES[problem], seconds_per_step=seconds,
+        seconds_per_step_min=seconds * 0.9, seconds_per_step_max=seconds * 1.1,
+        seconds_per_fit_overhead=1e-3, peak_memory_mb=2.0, final_train_loss=0.5,
+        validation_loss=0.6, validation_score=0.25, cpu_model="cpu",
+        runs_per_step=math.nan if contender.startswith("sklearn") else 2.0,
+    )  # fmt: skip
+    return row
+
+
+def _results(problems=("mlp", "mlp-256-128")) -> pd.DataFrame:
+    rows = [_row(*key, seconds) for key, seconds in TIMES.items() if key[0] in problems]
+    failed = _row("mlp", 15, "torch-sgd", math.nan)
+    failed["status"] = "failed: ValueError: shape (3|4) | (5)"
+    return pd.DataFrame([*rows, failed])
+
+
+def _folder(tmp_path, problems=("mlp", "mlp-256-128")):
+    writer = ResultsWriter(tmp_path)
+    for row in _results(problems).to_dict("records"):
+        writer.append(row, [row["seconds_per_step"]], [])
+    return tmp_path
+
+
+class _Page(HTMLParser):
+    """Headings, tables (rows of cell texts), figures, list items of class conclusion, and
+    for each text whether it lies inside a <details>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, object]] = []  # the page's parts in reading order
+        self.tables: list[list[list[str]]] = []
+        self.folded: list[str] = []  # text inside <details>
+        self.open: list[tuple[str, dict]] = []
+        self._text: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag not in ("img", "br", "meta", "link"):
+            self.open.append((tag, attrs))
+        if tag == "table":
+            self.tables.append([])
+            self.events.append(("table", len(self.tables) - 1))
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th", "h1", "h2", "li", "figcaption"):
+            self._text = []
+        elif tag == "img":
+            self.events.append(("img", attrs["src"]))
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+
+    def handle_endtag(self, tag):
+        opened, attrs = self.open.pop()
+        assert opened == tag, (opened, tag)
+        if tag in ("td", "th"):
+            self.tables[-1][-1].append("".join(self._text))
+        elif tag in ("h1", "h2", "figcaption"):
+            self.events.append((tag, "".join(self._text)))
+        elif tag == "li" and attrs.get("class") == "conclusion":
+            self.events.append(("conclusion", "".join(self._text)))
+        if tag in ("td", "th", "h1", "h2", "li", "figcaption"):
+            self._text = None
+
+    def handle_data(self, data):
+        if self._text is not None:
+            self._text.append(data)
+        if any(tag == "details" for tag, _ in self.open):
+            self.folded.append(data)
+
+    def kinds(self, kind: str) -> list:
+        return [value for k, value in self.events if k == kind]
+
+
+def _page(folder) -> _Page:
+    parser = _Page()
+    parser.feed((folder / "index.html").read_text(encoding="utf-8"))
+    parser.close()
+    return parser
+
+
+def test_the_conclusion_names_the_fastest_and_its_speed_up_range():
+    results = _results()
+    small, big = (results[results.problem == p] for p in ("mlp", "mlp-256-128"))
+    assert conclusion(small) == "ort-fwbw fastest at every batch size, 3.3x to 6.5x sklearn-mlp-sgd"
+    assert conclusion(big) == (
+        "fastest: ort-fwbw at batch size 15, ort-full at batch size 256; 3.0x to 15x "
+        "sklearn-mlp-sgd"
+    )
+    one = small[(small.batch_size == 15) & (small.status == "ok")]
+    assert conclusion(one) == "ort-fwbw fastest at this batch size, 3.3x sklearn-mlp-sgd"
+    # a non-positive slope measures nothing: not the fastest, no speed-up against it
+    loaded = small.assign(seconds_per_step=small.seconds_per_step.where(
+        ~((small.contender == "sklearn-mlp-sgd") & (small.batch_size == 256)), -1e-3
+    ))  # fmt: skip
+    assert conclusion(loaded) == "ort-fwbw fastest at every batch size, 3.3x sklearn-mlp-sgd"
+    slow = one.assign(seconds_per_step=one.seconds_per_step[::-1].to_numpy())
+    assert conclusion(slow) == "sklearn-mlp-sgd fastest at this batch size"  # the baseline
+
+
+def test_the_page_leads_with_its_answer_and_shows_each_row_once(tmp_path):
+    folder = _folder(tmp_path)
+    for name in [*PLOT_CAPTIONS, SCALING_PNG]:
+        (folder / name).write_bytes(b"")  # the page shows the plots the folder holds
+    write_index(folder)
+    page = _page(folder)
+    assert page.kinds("h1") == ["ortbench bench: run r1"]
+    conclusions = page.kinds("conclusion")
+    assert len(conclusions) == 2 and conclusions[0].endswith(
+        ": ort-fwbw fastest at every batch size, 3.3x to 6.5x sklearn-mlp-sgd."
+    )
+    # one table per section, then the cells not run: every row once
+    (small, big, not_run, _environment) = page.tables
+    keys = [tuple(r[:2]) for table in (small, big) for r in table[1:]]
+    assert len(keys) == len(TIMES) and len(set(keys)) == len(TIMES) // 2
+    assert not_run[1][-1] == "failed: ValueError: shape (3|4) | (5)"
+    headers = small[0]
+    assert {"validation R²", "peak memory (MB)", "runtime runs per step"} <= set(headers)
+    assert "new OrtValues per step" not in headers  # empty in every row
+    # the reading order: the answer, the tables, the plots, the method (folded)
+    order = [kind for kind, _ in page.events if kind in ("conclusion", "table", "img")]
+    assert order == ["conclusion"] * 2 + ["table"] * 3 + ["img"] * 4 + ["table"]
+    assert page.kinds("img") == [*PLOT_CAPTIONS, SCALING_PNG]
+    assert all(c.endswith(".") and len(c.split()) > 10 for c in page.kinds("figcaption"))
+    folded = "".join(page.folded)
+    assert "slope between" in folded and "python_version" in folded
+    # summary.md: the same cells, rounded once, in the same order
+    summary = _Page()
+    summary.feed(markdown_to_html((folder / SUMMARY_MD).read_text(encoding="utf-8"), 1))
+    assert summary.tables == page.tables[:3]
+    parts = ("h1", "h2", "table", "img")
+    shown = [(k, v) for k, v in page.events if k in parts][:-1]  # the environment: page only
+    assert [(k, v) for k, v in summary.events if k in parts] == shown
+    assert "slope between" in "".join(summary.folded)
+
+
+def test_a_run_of_one_model_size_has_no_scaling_plot(tmp_path):
+    assert has_model_sizes(_results())
+    one = _results(("mlp",))
+    assert not has_model_sizes(one)
+    folder = _folder(tmp_path, ("mlp",))
+    (folder / SCALING_PNG).write_bytes(b"")  # left by an earlier version: not shown
+    assert SCALING_PNG not in [p.file for p in run_plots(folder, one)]
+
+
+@pytest.mark.parametrize(
+    ("problem", "name"),
+    [("mlp", "validation R²"), ("mlp-binary", "validation accuracy"), ("linear", "validation R²")],
+)
+def test_the_score_column_says_what_the_score_is(problem, name):
+    results = _results(("mlp",)).assign(problem=problem)
+    (section,) = bench_summary(results).sections
+    assert name in section.table.headers
