@@ -29,6 +29,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from ..training import ForwardBackwardTrainer, OrtBenchError
+from ..training.batch_axis import free_batch_axis
 from ..training.graph_tools import (
     check_weight_names,
     get_initializers,
@@ -118,6 +119,10 @@ def load_user_problem(files: UserFiles, seed: int = 0) -> Problem:
     X, y, w = _load_data(files)
     where = f"{files.model} with {', '.join(files.data)}"
     input_name = _check_input(model, X, files)
+    try:  # every contender then runs any batch size, and the validation rows
+        model = free_batch_axis(model, input_name)
+    except OrtBenchError as e:
+        raise OrtBenchError(f"{files.model}: {e}") from None
     loss = files.loss or _default_loss(model)
     if loss not in USER_LOSSES:
         raise OrtBenchError(f"--loss {loss!r} is not one of {list(USER_LOSSES)}")
