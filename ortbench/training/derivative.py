@@ -22,6 +22,7 @@ from .graph_tools import (
     trainable_initializers,
     weights_as_inputs,
 )
+from .no_gradient import explain
 from .portable import vjp_graph
 from .relu_gradient import mask_relu_gradients
 from .runtime import check_training_build, first_line, quiet_logs, runtime_problem, session_options
@@ -215,6 +216,22 @@ def _keep_outputs(model: onnx.ModelProto, names: list[str]) -> None:
     model.graph.output.extend(kept)
 
 
+def gradient_builder(onx: onnx.ModelProto, weights: list[str], inputs: list[str]):
+    """onnxruntime-training's forward/backward builder, built for ``weights`` (initializers,
+    fed as inputs) and ``inputs``; raises RuntimeError when it cannot differentiate."""
+    model = weights_as_inputs(onx, weights)
+    config = capi.OrtModuleGraphBuilderConfiguration()
+    config.initializer_names = weights
+    config.initializer_names_to_train = weights
+    config.input_names_require_grad = inputs
+    config.build_gradient_graph = True
+    quiet_logs()
+    builder = capi.OrtModuleGraphBuilder()
+    builder.initialize(model.SerializeToString(), config)
+    builder.build(capi.TrainingGraphTransformerConfiguration())
+    return builder
+
+
 @dataclass
 class TrainingGraph:
     """What a TrainingAgent needs: the forward/backward model and its names."""
@@ -235,21 +252,10 @@ def build_training_graph(
     Large ``ReluGrad`` nodes become mask products (:mod:`ortbench.training.relu_gradient`).
     """
     check_training_build()
-    model = weights_as_inputs(onx, weights)
-    config = capi.OrtModuleGraphBuilderConfiguration()
-    config.initializer_names = weights
-    config.initializer_names_to_train = weights
-    config.input_names_require_grad = list(inputs or [])
-    config.build_gradient_graph = True
-    quiet_logs()
-    builder = capi.OrtModuleGraphBuilder()
     try:
-        builder.initialize(model.SerializeToString(), config)
-        builder.build(capi.TrainingGraphTransformerConfiguration())
+        builder = gradient_builder(onx, weights, list(inputs or []))
     except RuntimeError as e:
-        raise OrtBenchError(
-            f"onnxruntime cannot differentiate this model: {first_line(e)}"
-        ) from None
+        raise explain(onx, [*weights, *(inputs or [])], e, gradient_builder) from None
     info = builder.get_graph_info()
     gradient_model = onnx.load_model_from_string(builder.get_gradient_model())
     mask_relu_gradients(gradient_model)

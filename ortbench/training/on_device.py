@@ -21,10 +21,12 @@ from onnx import numpy_helper
 
 from . import capi
 from .data import Batch, BatchLoader
+from .derivative import gradient_builder
 from .errors import OrtBenchError
 from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
+from .no_gradient import explain
 from .relu_gradient import mask_relu_gradients
-from .runtime import SessionMaker, cpu_scalar, first_line, native_stderr_silenced, training_module
+from .runtime import SessionMaker, cpu_scalar, native_stderr_silenced, training_module
 
 
 class OnDeviceStep(NamedTuple):
@@ -99,9 +101,7 @@ class OnDeviceSteps:
                         artifact_directory=folder,
                     )
             except RuntimeError as e:
-                raise OrtBenchError(
-                    f"onnxruntime cannot build the training graph: {first_line(e)}"
-                ) from None
+                raise explain(with_loss, weights, e, gradient_builder) from None
             training_path = os.path.join(folder, "training_model.onnx")
             always_overwrite_gradients(training_path)
             training = onnx.load(training_path)

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import OrtBenchError
+from .errors import NoGradientError, OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import FLOAT_TYPES, inferred_shapes, node_attributes
 from .relu_gradient import is_large, masked_gradient
@@ -406,8 +406,10 @@ def vjp_graph(model: onnx.ModelProto, wrt: list[str], fill_grad: bool = False) -
             continue
         rule = RULES.get(node.op_type)
         if rule is None or node.domain not in ("", "ai.onnx"):
-            raise OrtBenchError(
-                f"no portable gradient for operator {node.op_type!r} (node {node.name!r})"
+            raise NoGradientError(
+                f"no portable gradient for operator {node.op_type!r} (node {node.name!r})",
+                node.op_type,
+                node.name,
             )
         if any(u is None for u in upstream):
             raise OrtBenchError(f"portable gradient: node {node.name!r} has an unused output")
