@@ -23,7 +23,14 @@ from .bench.checkouts import DEFAULT_CACHE, checkout
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
-from .bench.problems import PROBLEMS, make_problem, parse_hidden, problem_name, sized_problems
+from .bench.problems import (
+    PROBLEMS,
+    default_datasets,
+    make_problem,
+    parse_hidden,
+    problem_name,
+    sized_problems,
+)
 from .bench.store import (
     KEYS,
     RESULTS_CSV,
@@ -103,6 +110,7 @@ def _matrix_config(args: argparse.Namespace) -> BenchConfig:
         "baseline": args.baseline,
     }
     overrides.update(_own_problems(args, overrides["problems"] or config.problems))
+    overrides["datasets"] = overrides["datasets"] or default_datasets(overrides["problems"])
     return replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
 
 
