@@ -1,0 +1,81 @@
+"""The built-in network problems: cnn and transformer on the digit images."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import onnxruntime
+import pandas as pd
+import pytest
+
+from ortbench.bench.contenders import make_contender
+from ortbench.bench.networks import cnn
+from ortbench.bench.problems import check_problems, make_problem
+from ortbench.bench.store import RESULTS_CSV
+from ortbench.cli import main
+from ortbench.training import OrtBenchError
+from ortbench.training.graph_tools import get_initializers
+
+TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.skipif(not TORCH, reason="torch is not installed")
+def test_the_cnn_is_the_torch_network_it_describes():
+    """Its graph computes what torch.nn's layers compute with the same weights."""
+    import torch
+    from torch.nn import functional as F
+
+    model = cnn(10, seed=3)
+    w = {k: torch.from_numpy(np.array(v)) for k, v in get_initializers(model).items()}
+    x = np.random.RandomState(0).randn(7, 64).astype(np.float32)
+    h = torch.from_numpy(x).reshape(-1, 1, 8, 8)
+    for k in (1, 2):
+        h = F.max_pool2d(
+            torch.relu(F.conv2d(h, w[f"conv{k}.weight"], w[f"conv{k}.bias"], padding=1)), 2
+        )
+    expected = torch.softmax(h.flatten(1) @ w["out.weight"] + w["out.bias"], 1).numpy()
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    labels, probabilities = session.run(None, {"X": x})
+    np.testing.assert_allclose(probabilities, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(labels, expected.argmax(1))
+
+
+@pytest.mark.training_build
+@pytest.mark.skipif(not TORCH, reason="torch is not installed")
+def test_torch_and_the_engine_train_the_cnn_alike():
+    problem = make_problem("cnn", "digits", n_samples=400)
+    found = {
+        name: make_contender(name, problem, 16, shuffle=False).fit(2).loss_curve_
+        for name in ("ort-fwbw", "ort-full", "torch-sgd")
+    }
+    for name in ("ort-full", "torch-sgd"):
+        np.testing.assert_allclose(found[name], found["ort-fwbw"], rtol=1e-5, err_msg=name)
+    assert found["ort-fwbw"][1] < found["ort-fwbw"][0]
+
+
+def test_network_problems_read_the_digit_images():
+    with pytest.raises(OrtBenchError, match="reads 8x8 digit images: run it on --dataset digits"):
+        check_problems(("cnn",), ("make_regression",))
+
+
+def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
+    argv = ["bench", "--problem", "cnn", "transformer", "--batch-sizes", "16", "--epochs", "1"]
+    contenders = ["sklearn-mlp-sgd", "ort-fwbw", "ort-portable-full", "torch-sgd"]
+    argv += ["--repeat", "1", "--n-samples", "300", "--devices", "cpu", "--contenders", *contenders]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    (folder,) = tmp_path.iterdir()
+    results = pd.read_csv(folder / RESULTS_CSV)
+    assert set(results.dataset) == {"digits"}
+    assert len(results) == 2 * len(contenders)
+    status = results.set_index(["problem", "contender"]).status
+    for problem in ("cnn", "transformer"):
+        assert status[problem, "sklearn-mlp-sgd"].startswith("unavailable: the model is not an MLP")
+        assert status[problem, "torch-sgd"] == (
+            "ok" if TORCH else "unavailable: torch is not installed"
+        )
+    # every other row ran, or says which node its backend has no gradient for
+    for (problem, contender), text in status.items():
+        assert text == "ok" or text.startswith("unavailable: "), (problem, contender, text)
