@@ -46,10 +46,16 @@ def torch_sgd_losses(module, problem, epochs: int, batch: int, momentum: float =
     return curve
 
 
-@pytest.mark.parametrize(("name", "momentum"), [("torch-sgd", 0.0), ("torch-nesterov", 0.9)])
-def test_torch_trains_the_exported_cnn_as_torch_itself_does(tmp_path, name, momentum):
-    problem = load_user_problem(digits_files(tmp_path, "images", 3))
-    contender = make_contender(name, problem, 16, shuffle=False).fit(3)
-    expected = torch_sgd_losses(network("images").train(), problem, 3, 16, momentum)
+@pytest.mark.parametrize(
+    ("name", "momentum", "exported", "batch"),
+    [("torch-sgd", 0.0, None, 16), ("torch-nesterov", 0.9, None, 16), ("torch-sgd", 0.0, 16, 10)],
+)
+def test_torch_trains_the_exported_cnn_as_torch_itself_does(
+    tmp_path, name, momentum, exported, batch
+):
+    """With a dynamic batch axis, and exported for 16 rows (trained 10 at a time)."""
+    problem = load_user_problem(digits_files(tmp_path, "images", 3, exported))
+    contender = make_contender(name, problem, batch, shuffle=False).fit(2)
+    expected = torch_sgd_losses(network("images").train(), problem, 2, batch, momentum)
     np.testing.assert_allclose(contender.loss_curve_, expected, rtol=1e-5)
     assert contender.loss_curve_[-1] < contender.loss_curve_[0]

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..training import OrtBenchError
-from ..training.errors import NoGradientError
+from ..training import NoGradientError, OrtBenchError
 from .contenders import CONTENDERS, Contender, Unavailable, make_contender
 from .contenders.base import SHORT_EPOCHS, extra_epochs, settled_heap, slope, wait_until_quiet
 from .datasets import GENERATED, VALIDATION_FRACTION
