@@ -49,6 +49,8 @@ IMAGES = "digits"
 #: Learning rate (constant) and momentum shared by every contender.
 ETA0 = 0.001
 MOMENTUM = 0.9
+#: The network problems' learning rate: at ETA0 their loss hardly moves in a few epochs.
+NETWORK_ETA0 = 0.05
 
 #: Probabilities are clipped to [EPS, 1 - EPS] in the log loss, as the engine does.
 EPS = float(np.finfo(np.float32).eps)
@@ -334,7 +336,7 @@ def _builtin_problem(
         if dataset != IMAGES:
             raise OrtBenchError(f"problem {name!r} reads 8x8 digit images, not {dataset!r}")
         network = NETWORKS[base](len(np.unique(data.y_train)), seed)
-        return Problem(name, dataset, task, data, network, seed, None, "log")
+        return Problem(name, dataset, task, data, network, seed, None, "log", eta0=NETWORK_ETA0)
     if task == "multiclass" and len(np.unique(data.y_train)) == 2:
         task = "binary"  # what scikit-learn and torch train then: one logistic output
     model = reference_mlp(hidden, "relu", task, seed)
