@@ -86,18 +86,19 @@ def _rewrite_reshapes(graph: onnx.GraphProto, batch: int) -> None:
     graph.initializer.extend(added)
 
 
-def _pinning_node(model: onnx.ModelProto, data: str) -> onnx.NodeProto | None:
+def _pinning_node(model: onnx.ModelProto, data: str, batch: int) -> onnx.NodeProto | None:
     """The first node that turns a tensor of symbolic rows computed from the data into
-    one of static shape: what still fixes the batch."""
+    static ones with a dimension the batch divides: what still fixes the batch. (A node
+    reducing the rows away, as a loss does, pins nothing.)"""
     try:
         inferred = onnx.shape_inference.infer_shapes(model).graph
     except onnx.shape_inference.InferenceError:
         return None
-    static = {}
+    dims = {}
     for value in [*inferred.input, *inferred.value_info, *inferred.output]:
         tensor = value.type.tensor_type
         if tensor.HasField("shape"):
-            static[value.name] = all(d.dim_value > 0 for d in tensor.shape.dim)
+            dims[value.name] = [d.dim_value for d in tensor.shape.dim]
     from_data = {data}
     for node in model.graph.node:
         inputs = [n for n in node.input if n in from_data]
@@ -106,8 +107,14 @@ def _pinning_node(model: onnx.ModelProto, data: str) -> onnx.NodeProto | None:
         from_data.update(node.output)
         if node.op_type in ("Shape", "Size"):
             continue  # a static shape holding the symbolic size: nothing pinned
-        dynamic = any(static.get(n) is False for n in inputs)
-        if dynamic and node.output and all(static.get(n) is True for n in node.output):
+        dynamic = any(n in dims and 0 in dims[n] for n in inputs)
+        outputs = [dims.get(n) for n in node.output]
+        if (
+            dynamic
+            and outputs
+            and all(o is not None and 0 not in o for o in outputs)
+            and any(d % batch == 0 for o in outputs for d in o)
+        ):
             return node
     return None
 
@@ -146,7 +153,7 @@ def free_batch_axis(model: onnx.ModelProto, data: str) -> onnx.ModelProto:
         _free(tensor, batch)
     del graph.value_info[:]  # shape inference rebuilds them without the fixed batch
     _rewrite_reshapes(graph, batch)
-    node = _pinning_node(freed, data)
+    node = _pinning_node(freed, data, batch)
     if node is not None:
         raise OrtBenchError(
             f"{node.op_type} node {node.name!r} fixes the batch at the {batch} rows the model "
