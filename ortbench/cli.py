@@ -1,28 +1,41 @@
 """The ``ortbench`` command: ``bench`` runs the comparison matrix, ``compare`` judges two runs,
-``ab`` times two checkouts side by side, ``profile`` profiles one contender, ``report``
-writes a run folder's ``index.html``.
+``ab`` times two checkouts side by side, ``merge`` joins the shards of one run,
+``profile`` profiles one contender, ``report`` writes a run folder's ``index.html``.
 
-Exit status: 0 success; 1 ``compare`` or ``ab`` found a regression or a failure; 2 bad
-input, an unusable output or a write error (one line on stderr), or a ``bench`` run in which
-no cell could run; 3 ``compare`` or ``ab`` had nothing to compare; 130 interrupted (SIGINT
-or SIGTERM).
+Exit status: 0 success; 1 ``compare``, ``ab`` or ``merge`` (of ``ab`` shards) found a
+regression or a failure; 2 bad input, an unusable output or a write error (one line on
+stderr), shards ``merge`` refuses, or a ``bench`` run in which no cell could run; 3
+``compare`` or ``ab`` had nothing to compare; 130 interrupted (SIGINT or SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from .bench.ab import AB_REPEAT, SIDE, SIDES, PairedCell, run_ab, started
+from .bench.ab import (
+    AB_JSON,
+    AB_REPEAT,
+    SIDE,
+    SIDES,
+    PairedCell,
+    run_ab,
+    side_label,
+    started,
+    write_sides,
+)
 from .bench.calibration import write_calibration
 from .bench.checkouts import DEFAULT_CACHE, checkout
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
 from .bench.matrix import DEVICES, QUICK, BenchConfig, Cell, run_id_now, run_matrix
+from .bench.merge import merge_runs
 from .bench.problems import (
     PROBLEMS,
     default_datasets,
@@ -31,6 +44,7 @@ from .bench.problems import (
     problem_name,
     sized_problems,
 )
+from .bench.shard import Shard, parse_shard, shard_cells, write_shard
 from .bench.store import (
     KEYS,
     RESULTS_CSV,
@@ -38,6 +52,7 @@ from .bench.store import (
     create_run_folder,
     is_run_folder,
     read_records,
+    read_results,
     usable_file,
     usable_folder,
 )
@@ -91,8 +106,9 @@ def _progress(start: float):
 def _write_reports(folder: Path) -> str:
     write_plots(folder)
     write_scaling_plot(folder)
-    write_index(folder)  # writes summary.md too
-    return (folder / SUMMARY_MD).read_text(encoding="utf-8")
+    write_index(folder)  # writes summary.md too, when a row is good
+    summary = folder / SUMMARY_MD
+    return summary.read_text(encoding="utf-8") if summary.exists() else ""
 
 
 def _matrix_config(args: argparse.Namespace) -> BenchConfig:
@@ -111,18 +127,65 @@ def _matrix_config(args: argparse.Namespace) -> BenchConfig:
     }
     overrides.update(_own_problems(args, overrides["problems"] or config.problems))
     overrides["datasets"] = overrides["datasets"] or default_datasets(overrides["problems"])
+    repeated = []
+    for name, values in overrides.items():
+        if isinstance(values, tuple) and len(set(values)) < len(values):
+            repeated.append(f"--{name.replace('_', '-')} {' '.join(map(str, values))}")
+            overrides[name] = tuple(dict.fromkeys(values))
+    if repeated:
+        print(f"ortbench: note: repeated values run once: {'; '.join(repeated)}", file=sys.stderr)
     return replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
+
+
+def _shard_option(text: str) -> Shard:
+    """``--shard I/N``, checked by argparse (a bad value is one line, exit 2)."""
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _shard(args: argparse.Namespace, config: BenchConfig) -> list[Cell] | None:
+    """The cells of ``--shard`` (None without it: the whole matrix)."""
+    if args.shard is None:
+        if args.shard_timings:
+            raise OrtBenchError("--shard-timings balances shards: give --shard I/N too")
+        return None
+    return shard_cells(config, args.shard, args.shard_timings)
+
+
+def _start_shard(
+    args: argparse.Namespace,
+    folder: Path,
+    config: BenchConfig,
+    todo: list[Cell] | None,
+    settings: dict | None = None,
+) -> bool:
+    """Record the shard in its folder (``shard.json``); False when it holds no cell."""
+    if todo is None:
+        return True
+    write_shard(folder, args.command, config, args.shard, todo, settings)
+    if not todo:
+        print(
+            f"ortbench {args.command}: shard {args.shard} holds no cell (fewer groups of "
+            f"cells than shards); {folder} records it for ortbench merge",
+            file=sys.stderr,
+        )
+    return bool(todo)
 
 
 def _bench(args: argparse.Namespace) -> int:
     config = _matrix_config(args)
+    todo = _shard(args, config)
     folder = create_run_folder(args.out, run_id_now())
     start = time.perf_counter()
     print(f"ortbench bench: writing {folder}", file=sys.stderr)
+    if not _start_shard(args, folder, config, todo):
+        return 0
     try:
         writer = ResultsWriter(folder)
         write_calibration(folder, config.repeat)
-        run_matrix(config, writer, folder.name, progress=_progress(start))
+        run_matrix(config, writer, folder.name, progress=_progress(start), only=todo)
         write_calibration(folder, config.repeat)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():
@@ -152,6 +215,7 @@ def _ab(args: argparse.Namespace) -> int:
             f"--repeat {args.repeat} is too few pairs for the paired test to reach p < {ALPHA}"
         )
     config = _matrix_config(args)
+    todo = _shard(args, config)
 
     def log(line: str) -> None:
         print(f"ortbench ab: {line}", file=sys.stderr)
@@ -165,6 +229,10 @@ def _ab(args: argparse.Namespace) -> int:
     folder = create_run_folder(args.out, run_id_now())
     run_id = folder.name
     log(f"writing {folder}")
+    settings = {"threshold": args.threshold, "warn": args.warn}
+    if not _start_shard(args, folder, config, todo, settings):
+        write_sides(folder, sides)
+        return 0
     start = time.perf_counter()
 
     def progress(done: int, total: int, paired: PairedCell) -> None:
@@ -175,24 +243,67 @@ def _ab(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - start
         print(f"[{done}/{total} {elapsed:4.0f}s] {paired.cell.label}: {times}", file=sys.stderr)
 
-    labels = tuple(f"{s.label} ({s.commit[:8] if s.commit else s.tree})" for s in sides.values())
+    labels = tuple(side_label(vars(s)) for s in sides.values())
     try:
         with started(folder, sides) as workers:
-            run_ab(config, workers, ResultsWriter(folder, keys=[*KEYS, SIDE]), run_id, progress)
+            writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
+            run_ab(config, workers, writer, run_id, progress, only=todo)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
             comparison = ab_comparison(folder, labels, args.threshold, args.warn)
             (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    comparison = ab_comparison(folder, labels, args.threshold, args.warn)
-    text = ab_markdown(comparison)
+    return _ab_verdict(folder, labels, args.threshold, args.warn, log)
+
+
+def _ab_verdict(
+    folder: Path,
+    labels: tuple[str, ...],
+    threshold: float,
+    warn: float,
+    log: Callable[[str], None],
+    note: str = "",
+) -> int:
+    """Judge an A/B run folder from all its rows at once, write and print ``ab.md``
+    (``note`` as its last paragraph) and return the exit status."""
+    comparison = ab_comparison(folder, labels, threshold, warn)
+    text = ab_markdown(comparison) + (f"\n{note}\n" if note else "")
     (folder / AB_MD).write_text(text, encoding="utf-8")
     print(text)
     if comparison.compared == 0:
         log("nothing to compare: no cell ran on both sides")
         return EXIT_NOTHING
     return EXIT_FAILING if comparison.failing else 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """Merge the shards' folders, then report as the unsharded command would."""
+    folder = create_run_folder(args.out, run_id_now())
+    try:
+        merged = merge_runs(args.run_dirs, folder)
+    except OrtBenchError:
+        if not any(folder.iterdir()):  # refused before writing: leave nothing behind
+            folder.rmdir()
+        raise
+    note = merged.machine_note()
+    print(f"ortbench merge: {len(args.run_dirs)} shards merged into {folder}", file=sys.stderr)
+    if note:
+        print(f"ortbench merge: {note}", file=sys.stderr)
+    if merged.command == "ab":
+        info = json.loads((folder / AB_JSON).read_text(encoding="utf-8"))
+        labels = tuple(side_label(info[name]) for name in SIDES)
+        settings = merged.settings
+
+        def log(line: str) -> None:
+            print(f"ortbench merge: {line}", file=sys.stderr)
+
+        return _ab_verdict(folder, labels, settings["threshold"], settings["warn"], log, note)
+    print(_write_reports(folder))
+    statuses = [record["status"] for record in read_records(folder)]
+    if "ok" not in statuses:
+        raise OrtBenchError(f"no cell could run ({statuses[0] if statuses else 'no cells'})")
+    return 0
 
 
 def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
@@ -286,7 +397,11 @@ def _report(args: argparse.Namespace) -> int:
             f"{folder} is not an ortbench run folder (no results.csv, no profile): "
             "give a folder that ortbench bench or ortbench profile wrote"
         )
-    print(write_index(folder))
+    index = write_index(folder)
+    if (folder / RESULTS_CSV).exists():
+        for row in read_results(folder).attrs["bad_rows"]:
+            print(f"ortbench: bad row left out: {folder / RESULTS_CSV} {row}", file=sys.stderr)
+    print(index)
     return 0
 
 
@@ -302,6 +417,8 @@ def _compare(args: argparse.Namespace) -> int:
     comparison = compare(
         load_result_set(args.base), load_result_set(args.head), args.threshold, args.warn
     )
+    for row in comparison.bad_rows:
+        print(f"ortbench: bad row left out: {row}", file=sys.stderr)
     if comparison.compared == 0:
         print(
             f"ortbench: nothing to compare: {args.base} and {args.head} share no benchmark",
@@ -320,8 +437,15 @@ def _compare(args: argparse.Namespace) -> int:
     return EXIT_FAILING if comparison.failing else 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reports a bad argument in one line, exit status 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"ortbench: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ortbench", description="Benchmark training with onnxruntime against its peers."
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -366,6 +490,20 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--n-features", type=int, metavar="N", help="features of generated data")
     bench.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
     _add_own_model_options(bench)
+    sharding = bench.add_argument_group("one matrix over several machines")
+    sharding.add_argument(
+        "--shard",
+        type=_shard_option,
+        metavar="I/N",
+        help="run the I-th of N parts of the matrix (whole groups of cells, balanced); "
+        "ortbench merge joins the N run folders",
+    )
+    sharding.add_argument(
+        "--shard-timings",
+        metavar="RUN_DIR",
+        help="balance the parts on the cells' times in this earlier run folder (default: "
+        "on their number)",
+    )
     bench.add_argument("--out", default="reports", help="parent folder of the run folder")
     bench.set_defaults(func=_bench)
 
@@ -413,6 +551,18 @@ def _parser() -> argparse.ArgumentParser:
         "--cache", default=str(DEFAULT_CACHE), help="exported trees and virtualenvs (%(default)s)"
     )
     ab.set_defaults(func=_ab)
+
+    merging = commands.add_parser(
+        "merge",
+        help="join the run folders of one run's shards",
+        description="Check that the run folders of bench or ab --shard I/N hold every cell "
+        "of one matrix once (same command, matrix, versions and sides), merge them into "
+        "OUT/<run-id>/ and write the report and exit status the unsharded run would "
+        "(summary.md and plots, or ab.md).",
+    )
+    merging.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="one per shard")
+    merging.add_argument("--out", default="reports", help="parent folder of the merged folder")
+    merging.set_defaults(func=_merge)
 
     profiling = commands.add_parser(
         "profile",

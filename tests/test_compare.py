@@ -423,23 +423,34 @@ def malformed_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         run_folder("run1", ["{nope", json.dumps(record)]),
         "line 1 is not JSON",
     )
-    cases["run: a record without status"] = (
-        run_folder("run2", [json.dumps({k: v for k, v in record.items() if k != "status"})]),
-        "no status",
-    )
-    cases["run: a time that is a string"] = (
-        run_folder("run3", [json.dumps(record | {"seconds_per_step": "1 ms"})]),
-        "expected a number, got '1 ms'",
-    )
-    cases["run: samples that are not numbers"] = (
-        run_folder("run4", [json.dumps(record | {"seconds_per_step_samples": ["a"]})]),
-        "expected a number, got 'a'",
-    )
-    cases["run: a record that is a list"] = run_folder("run5", ["[1]"]), "a JSON object"
     binary = run_folder("run6", [])
     (binary / "results.jsonl").write_bytes(bytes(range(256)))
     cases["run: binary"] = binary, "not a text file of JSON lines"
     return cases
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"status": None}, "no status"),
+        ({"seconds_per_step": "1 ms"}, "seconds_per_step '1 ms' is not a number"),
+        ({"seconds_per_step_samples": ["a"]}, "seconds_per_step_samples 'a' is not a number"),
+        (None, "not an object"),
+    ],
+)
+def test_a_malformed_run_row_is_named_and_left_out(tmp_path, capsys, change, reason):
+    """A row of a run folder is checked as a row (ortbench.bench.store.check_rows)."""
+    record = {"run_id": "r", "contender": "c", "problem": "p", "dataset": "d"}
+    record |= {"batch_size": 1, "device": "cpu", "status": "ok", "seconds_per_step": 1.0}
+    folder = tmp_path / "run"
+    folder.mkdir()
+    line = json.dumps([1] if change is None else record | change)
+    (folder / "results.jsonl").write_text(line + "\n")
+    assert main(["compare", str(folder), str(folder)]) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert (
+        err[:2] == [f"ortbench: bad row left out: {folder / 'results.jsonl'} line 1: {reason}"] * 2
+    )
 
 
 def test_each_malformed_input_is_one_line_with_status_2(tmp_path, capsys):

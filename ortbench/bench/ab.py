@@ -15,7 +15,7 @@ import json
 import math
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -272,13 +272,23 @@ def _side_row(paired: PairedCell, name: str, context: dict, run_id: str) -> dict
     return row
 
 
+def write_sides(folder: Path, sides: dict[str, Checkout]) -> None:
+    """Record each side's ref, commit, tree and environment in ``folder/ab.json``."""
+    info = {name: {**vars(side), "tree": str(side.tree)} for name, side in sides.items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / AB_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
+
+
+def side_label(side: dict) -> str:
+    """How a report names a side of ``ab.json``: its ref and commit (else its folder)."""
+    return f"{side['label']} ({side['commit'][:8] if side['commit'] else side['tree']})"
+
+
 @contextlib.contextmanager
 def started(folder: Path, sides: dict[str, Checkout]) -> Iterator[dict[str, Worker]]:
     """One worker per side, logging into ``folder`` (where ``ab.json`` records the
     sides); the workers end with the block."""
-    info = {name: {**vars(side), "tree": str(side.tree)} for name, side in sides.items()}
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / AB_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    write_sides(folder, sides)
     workers: dict[str, Worker] = {}
     try:
         for name, side in sides.items():
@@ -295,6 +305,7 @@ def run_ab(
     writer: ResultsWriter,
     run_id: str,
     progress: Callable[[int, int, PairedCell], None] | None = None,
+    only: Collection[Cell] | None = None,
 ) -> int:
     """Run every cell of the matrix on both sides, group by group (see
     :func:`run_pair_group`), and append both sides' rows as each group finishes.
@@ -312,11 +323,13 @@ def run_ab(
         The ``run_id`` column.
     progress : callable, optional
         Called with (cells done, cells, cell) as each cell finishes.
+    only : collection of Cell, optional
+        Run these cells of the matrix only (a shard, see :mod:`.shard`).
 
     Returns
     -------
     int
-        The number of cells.
+        The number of cells run.
 
     Raises
     ------
@@ -327,7 +340,7 @@ def run_ab(
     """
     if set(sides) != set(SIDES):
         raise ValueError(f"sides must be {SIDES}, got {sorted(sides)}")
-    todo = cells(config.check())
+    todo = [cell for cell in cells(config.check()) if only is None or cell in only]
     done = 0
     with interruptible() as signals:
         for _, group in itertools.groupby(

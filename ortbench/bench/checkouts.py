@@ -134,6 +134,16 @@ def _virtualenv(tree: Path, cache: Path, log: Callable[[str], None]) -> Path:
     return python
 
 
+def uncommitted_files(commit: str) -> int:
+    """How many tracked files of the working tree differ from ``commit`` when it is the
+    checked-out commit (``HEAD``); 0 for any other commit."""
+    head = _git("rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    if head.returncode or head.stdout.decode().strip() != commit:
+        return 0
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return len(status.stdout.decode().splitlines()) if not status.returncode else 0
+
+
 def checkout(ref: str, cache: Path, log: Callable[[str], None] = print) -> Checkout:
     """Resolve a side: a checkout folder as it is, or a git ref exported by commit.
 
@@ -169,6 +179,12 @@ def checkout(ref: str, cache: Path, log: Callable[[str], None] = print) -> Check
                 f"{ref} is neither a checkout folder nor a git ref of the repository here"
             )
         commit = resolved.stdout.decode().strip()
+        changed = uncommitted_files(commit)
+        if changed:
+            log(
+                f"{ref} is commit {commit[:8]}: {changed} files have uncommitted changes it "
+                f"does not hold; pass . to time the working tree"
+            )
         tree = _export(commit, cache)
         if not (tree / PACKAGE).exists():
             raise OrtBenchError(f"{ref} ({commit[:8]}) holds no {PACKAGE}")

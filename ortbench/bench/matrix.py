@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -323,9 +323,11 @@ def run_matrix(
     writer: ResultsWriter,
     run_id: str,
     progress: Callable[[int, int, Cell, dict], None] | None = None,
+    only: Collection[Cell] | None = None,
 ) -> int:
-    """Run every cell, group by group (see :func:`run_group`), appending each row to
-    ``writer`` as its group finishes; return the number of cells.
+    """Run every cell, or those of ``only`` (a shard, see :mod:`.shard`), group by group
+    (see :func:`run_group`), appending each row to ``writer`` as its group finishes;
+    return the number of cells run.
 
     Raises
     ------
@@ -334,7 +336,7 @@ def run_matrix(
     OrtBenchError
         When a row cannot be written (the files end on the last whole row).
     """
-    todo = cells(config.check())
+    todo = [cell for cell in cells(config.check()) if only is None or cell in only]
     context = {"run_id": run_id, **versions(), **machine()}
     done = 0
 

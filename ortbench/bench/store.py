@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import fnmatch
 import io
 import json
 import math
 import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -74,10 +77,21 @@ RESULTS_CSV = "results.csv"
 RESULTS_JSONL = "results.jsonl"
 LOSS_CURVES_CSV = "loss_curves.csv"
 SAMPLES = "seconds_per_step_samples"
+#: Names of a run's data files: no ``--out`` of any command writes over them.
+RUN_DATA_FILES = ("results.*", "calibration.json", "timings*", "loss_curves.csv")
 
 
 def _json_value(value):
     return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _not_run_data(path: Path, option: str) -> None:
+    """Refuse an output path that is an existing run data file (:data:`RUN_DATA_FILES`)."""
+    if path.is_file() and any(fnmatch.fnmatch(path.name, p) for p in RUN_DATA_FILES):
+        raise OrtBenchError(
+            f"cannot use {option} {path}: it is a run's data file, which ortbench never "
+            f"writes over; choose another path"
+        )
 
 
 def usable_folder(path: str | Path, option: str = "--out") -> Path:
@@ -89,6 +103,7 @@ def usable_folder(path: str | Path, option: str = "--out") -> Path:
         When ``path`` is a file, cannot be created or is not writable.
     """
     path = Path(path)
+    _not_run_data(path, option)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -104,9 +119,11 @@ def usable_file(path: str | Path, option: str = "--out") -> Path:
     Raises
     ------
     OrtBenchError
-        When ``path`` is a folder or its folder is missing or not writable.
+        When ``path`` is a folder or a run's data file (:data:`RUN_DATA_FILES`), or its
+        folder is missing or not writable.
     """
     path = Path(path)
+    _not_run_data(path, option)
     parent = path.parent
     if path.is_dir():
         raise OrtBenchError(f"cannot use {option} {path}: it is a folder")
@@ -217,8 +234,99 @@ class ResultsWriter:
         )
 
 
+@dataclass(frozen=True)
+class BadRow:
+    """A row of a results file that no reader uses, and why."""
+
+    #: its line in the file (1 is the first line, a CSV's header)
+    line: int
+    reason: str
+    #: the cell it would be, ``key=value, ...`` over the keys, when it has them all
+    cell: str | None = None
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}"
+
+
+def check_rows(
+    rows: Iterable[tuple[int, object]], keys: Sequence[str] = KEYS
+) -> tuple[list[dict], list[BadRow]]:
+    """Split the rows of a results file into those a reader may use and the bad ones.
+
+    Every reader of results (``compare``, ``report``, ``merge``) goes through this check, so
+    a file written by another version, by hand or half-written is judged on its good rows
+    only, and its bad rows are named, never judged nor drawn.
+
+    Parameters
+    ----------
+    rows : iterable of (int, object)
+        Each row with its line number in the file.
+    keys : sequence of str
+        The columns that identify a cell (:data:`KEYS`, plus ``side`` in an A/B run).
+
+    Returns
+    -------
+    good : list of dict
+        The rows to use, in file order.
+    bad : list of BadRow
+        In line order: a row that is not an object, lacks a key or a status, whose
+        ``ok`` time (``seconds_per_step`` or a sample of it) is not a finite number > 0,
+        or that shares its key with another row (every row of that key is bad).
+    """
+    bad: dict[int, BadRow] = {}
+    lines_of: dict[str, list[int]] = {}
+    checked = []
+    for line, row in rows:
+        cell = None
+        if isinstance(row, dict) and not any(_missing(row.get(k)) for k in keys):
+            cell = ", ".join(f"{k}={row[k]}" for k in keys)
+        reason = _row_problem(row, keys)
+        if reason:
+            bad[line] = BadRow(line, reason, cell)
+            continue
+        lines_of.setdefault(cell, []).append(line)
+        checked.append((line, row))
+    for cell, lines in lines_of.items():
+        for line in lines if len(lines) > 1 else ():
+            others = ", ".join(str(n) for n in lines if n != line)
+            bad[line] = BadRow(line, f"the same cell as line {others} ({cell})", cell)
+    good = [row for line, row in checked if line not in bad]
+    return good, [bad[line] for line in sorted(bad)]
+
+
+def _missing(value: object) -> bool:
+    return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
+
+
+def _row_problem(row: object, keys: Sequence[str]) -> str | None:
+    """Why a row is bad (see :func:`check_rows`), or None."""
+    if not isinstance(row, dict):
+        return "not an object"
+    missing = [k for k in (*keys, "status") if _missing(row.get(k))]
+    if missing:
+        return f"no {', '.join(missing)}"
+    if not isinstance(row["status"], str):
+        return f"status {row['status']!r:.40} is not a string"
+    if row["status"] != "ok":
+        return None
+    times = [("seconds_per_step", row.get("seconds_per_step"))]
+    samples = row.get(SAMPLES)
+    if isinstance(samples, list):
+        times += [(SAMPLES, value) for value in samples]
+    elif samples is not None:
+        return f"{SAMPLES} is not a list"
+    for name, value in times:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{name} {value!r:.40} is not a number"
+        if not math.isfinite(value) or value <= 0:
+            return f"{name} is {value}: a time is a finite number > 0"
+    return None
+
+
 def read_results(folder: str | Path) -> pd.DataFrame:
-    """The results table of a run folder.
+    """The results table of a run folder: its good rows (see :func:`check_rows`).
+
+    The bad rows are in ``attrs['bad_rows']`` (a list of :class:`BadRow`).
 
     Raises
     ------
@@ -239,7 +347,13 @@ def read_results(folder: str | Path) -> pd.DataFrame:
     for column in ["batch_size", "epochs", "steps", "repeat", *MEASURED]:
         if not pd.api.types.is_numeric_dtype(results[column]):
             raise OrtBenchError(f"{path}: column {column} holds values that are not numbers")
-    return results
+    keys = [*KEYS, "side"] if "side" in results.columns else KEYS
+    rows = ((k + 2, row) for k, row in enumerate(results.to_dict("records")))  # 1: header
+    _, bad = check_rows(rows, keys)
+    bad_lines = {b.line for b in bad}
+    kept = results[[k + 2 not in bad_lines for k in range(len(results))]].reset_index(drop=True)
+    kept.attrs["bad_rows"] = bad
+    return kept
 
 
 def read_loss_curves(folder: str | Path) -> pd.DataFrame:
@@ -251,7 +365,8 @@ def read_loss_curves(folder: str | Path) -> pd.DataFrame:
 
 
 def read_records(folder: str | Path) -> list[dict]:
-    """The rows of a run folder as dictionaries, with their timing samples.
+    """The rows of a run folder as dictionaries, with their timing samples, unchecked (a
+    reader that judges or draws them uses :func:`read_checked_records`).
 
     Raises
     ------
@@ -259,19 +374,38 @@ def read_records(folder: str | Path) -> list[dict]:
         When the folder holds no ``results.jsonl``, or a line of it (but the last, which an
         interruption may have cut) is not JSON.
     """
+    return [record for _, record in _numbered_records(folder)]
+
+
+def read_checked_records(
+    folder: str | Path, keys: Sequence[str] = KEYS
+) -> tuple[list[dict], list[BadRow]]:
+    """The good rows of a run folder's ``results.jsonl`` and its bad rows (see
+    :func:`check_rows`; line numbers count every line of the file).
+
+    Raises
+    ------
+    OrtBenchError
+        As :func:`read_records`.
+    """
+    return check_rows(_numbered_records(folder), keys)
+
+
+def _numbered_records(folder: str | Path) -> list[tuple[int, object]]:
+    """The JSON lines of a run folder's ``results.jsonl`` with their line numbers."""
     path = Path(folder) / RESULTS_JSONL
     if not path.exists():
         raise OrtBenchError(f"{folder} holds no {RESULTS_JSONL}: not an ortbench bench run folder")
     try:
         with open(path, encoding="utf-8") as f:
-            lines = [line for line in f if line.strip()]
+            lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
     except (OSError, UnicodeDecodeError) as e:
         raise OrtBenchError(f"{path} is not a text file of JSON lines: {e}") from None
     records = []
-    for k, line in enumerate(lines):
+    for k, (number, line) in enumerate(lines):
         try:
-            records.append(json.loads(line))
+            records.append((number, json.loads(line)))
         except json.JSONDecodeError:
             if k < len(lines) - 1 or line.endswith("\n"):  # only a cut last line is dropped
-                raise OrtBenchError(f"{path}: line {k + 1} is not JSON") from None
+                raise OrtBenchError(f"{path}: line {number} is not JSON") from None
     return records

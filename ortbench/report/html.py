@@ -190,6 +190,9 @@ def write_index(run_dir: str | Path) -> Path:
         summary = (run_dir / SUMMARY_MD).read_text(encoding="utf-8")
         sections.append(f"<section>{markdown_to_html(summary)}</section>")  # its own h2
         sections.append(_section("Results", _results_section(results)))
+    if results is not None and results.attrs.get("bad_rows"):
+        rows = "".join(f"<li>{html.escape(str(row))}</li>" for row in results.attrs["bad_rows"])
+        sections.append(_section(f"Bad rows of {RESULTS_CSV}, left out", f"<ul>{rows}</ul>"))
     images = sorted(run_dir.glob("*.png"))
     if images:
         body = "\n".join(

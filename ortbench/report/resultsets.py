@@ -15,11 +15,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..bench.calibration import read_calibration
-from ..bench.store import KEYS, RESULTS_JSONL, SAMPLES, read_records
+from ..bench.store import KEYS, RESULTS_JSONL, SAMPLES, read_checked_records
 from ..training import OrtBenchError
 
 #: The unit of deterministic counters: any increase is a regression.
@@ -56,6 +56,10 @@ class ResultSet:
     measurements: dict[tuple[str, str], Measurement]
     #: a bench run's calibration samples per probe (``ortbench.bench.calibration``)
     calibration: dict[str, list[float]] | None = None
+    #: the rows left out (see :func:`ortbench.bench.store.check_rows`), one line each
+    bad_rows: list[str] = field(default_factory=list)
+    #: the parameters of the cells a bad row names: never judged, on either side
+    left_out: set[str] = field(default_factory=set)
 
 
 def load_result_set(path: str | Path) -> ResultSet:
@@ -111,18 +115,11 @@ def _samples(value: object, where: str) -> tuple[float, ...] | None:
 
 
 def _bench_folder(folder: Path) -> ResultSet:
-    records = read_records(folder)
+    records, bad = read_checked_records(folder)
     measurements = {}
-    for line, record in enumerate(records, 1):
-        where = f"{folder / RESULTS_JSONL} line {line}"
-        if not isinstance(record, dict):
-            raise OrtBenchError(f"{where}: expected a JSON object")
-        missing = [k for k in ("run_id", *KEYS, "status") if k not in record]
-        if missing:
-            raise OrtBenchError(f"{where}: no {', '.join(missing)}")
+    for record in records:
+        where = f"{folder / RESULTS_JSONL}, {record.get('run_id')}"
         status = record["status"]
-        if not isinstance(status, str):
-            raise OrtBenchError(f"{where}: status {status!r:.40} is not a string")
         params = ", ".join(f"{k}={record[k]}" for k in KEYS)
         for name, unit in (
             ("seconds_per_step", "seconds"),
@@ -138,8 +135,14 @@ def _bench_folder(folder: Path) -> ResultSet:
             if name == "seconds_per_step":
                 samples = _samples(record.get(SAMPLES), f"{where}, {SAMPLES}")
             measurements[(name, params)] = Measurement(value, unit, samples)
-    run = records[0]["run_id"] if records else folder.name
-    return ResultSet(f"run {run}", measurements, read_calibration(folder))
+    run = records[0].get("run_id", folder.name) if records else folder.name
+    return ResultSet(
+        f"run {run}",
+        measurements,
+        read_calibration(folder),
+        [f"{folder / RESULTS_JSONL} {row}" for row in bad],
+        {row.cell for row in bad if row.cell is not None},
+    )
 
 
 def _column(columns: dict, name: str, n: int, where: str) -> list:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .drift import DRIFT, Drift, measure_drift
 from .resultsets import Measurement, ResultSet
@@ -64,6 +64,8 @@ class Comparison:
     verdicts: list[Verdict]
     #: the machine's drift between the runs, when both recorded a calibration
     drift: Drift | None = None
+    #: rows of either side left out, never judged (one line each, file and line number)
+    bad_rows: list[str] = field(default_factory=list)
 
     def counts(self) -> Counter:
         return Counter(v.verdict for v in self.verdicts)
@@ -137,7 +139,10 @@ def compare(
     drift = measure_drift(base, head)
     moved = drift is not None and drift.moved
     verdicts = []
+    left_out = base.left_out | head.left_out
     for key in sorted(set(base.measurements) | set(head.measurements)):
+        if key[1] in left_out:
+            continue
         before, after = base.measurements.get(key), head.measurements.get(key)
         if before is None or after is None:
             present = before or after
@@ -160,7 +165,8 @@ def compare(
         verdicts.append(Verdict(*key, before, after, verdict, ratio, note))
     # counters are exact: their verdicts come first, then the timings'
     verdicts.sort(key=lambda v: (not (v.before or v.after).counter, ORDER.index(v.verdict)))
-    return Comparison(base.label, head.label, threshold, warn, verdicts, drift)
+    bad_rows = base.bad_rows + head.bad_rows
+    return Comparison(base.label, head.label, threshold, warn, verdicts, drift, bad_rows)
 
 
 def _cell(m: Measurement | None) -> str:
@@ -218,6 +224,13 @@ def comparison_markdown(comparison: Comparison) -> str:
     ]
     flagged = [v for v in comparison.verdicts if v.verdict != UNCHANGED]
     unchanged = [v for v in comparison.verdicts if v.verdict == UNCHANGED]
+    if comparison.bad_rows:
+        lines += [
+            "",
+            f"{len(comparison.bad_rows)} bad rows left out, their cells not judged:",
+            "",
+            *(f"- {row}" for row in comparison.bad_rows),
+        ]
     if flagged:
         lines += ["", *header, *map(_line, flagged)]
     if unchanged:

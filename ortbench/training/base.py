@@ -28,6 +28,7 @@ from .errors import ConvergenceError, NotFittedTrainerError, OrtBenchError
 from .graph_tools import (
     check_shapes,
     check_weight_names,
+    check_weights_reach,
     classifier_output,
     data_input,
     drop_noop_reshapes,
@@ -37,6 +38,7 @@ from .graph_tools import (
     set_initializers,
     training_output,
     weights_as_inputs,
+    with_class_labels,
 )
 from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from .losses import BaseLearningLoss, NegLogLearningLoss, SquareLearningLoss
@@ -200,7 +202,7 @@ class BaseTrainer(BaseEstimator):
 
     #: Private attributes a pickle keeps: every other one (sessions, bindings, buffers)
     #: is rebuilt on first use from the hyper-parameters and the fitted attributes.
-    _PICKLED_PRIVATE = frozenset(("_sklearn_version", "_y_1d", "_pickled_state"))
+    _PICKLED_PRIVATE = frozenset(("_sklearn_version", "_y_1d", "_pickled_state", "_fitted_model"))
 
     def __getstate__(self) -> dict:
         """The hyper-parameters, the fitted attributes, and a snapshot of the weights and
@@ -278,6 +280,15 @@ class BaseTrainer(BaseEstimator):
         """
         self._check_params()
         warm = self.warm_start and self._has_trained_state()
+        if warm and not _same_model(self.model_onnx, getattr(self, "_fitted_model", None)):
+            warnings.warn(
+                f"{type(self).__name__}: warm start does not apply, model_onnx changed since "
+                f"the last fit: training starts from the new model's weights",
+                UserWarning,
+                stacklevel=2,
+            )
+            self.__dict__.pop("_pickled_state", None)
+            warm = False
         if warm:
             self._restore_pickled()
         rebuild = not warm or self._build_key() != self._built_key
@@ -285,6 +296,7 @@ class BaseTrainer(BaseEstimator):
             state = self.get_state() if warm else None
             optimizer_state = self._kept_optimizer_state() if warm else None
             self._prepare_model()
+            self._fitted_model = self.model_onnx
         X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=warm)
         val = None
         if X_val is not None:
@@ -488,6 +500,7 @@ class BaseTrainer(BaseEstimator):
             loss = self._classifier_loss(loss, classifier)
         self.learning_loss_ = loss
         check_shapes(model, self._input, self.output_name_)
+        check_weights_reach(model, self.weights_, [self.output_name_, *losses])
         self._train_model = select_outputs(model, [self.output_name_])
         self.is_classifier_ = loss.is_classification
 
@@ -589,8 +602,11 @@ class BaseTrainer(BaseEstimator):
         index = np.searchsorted(self.classes_, y)
         if width == 1 and n_classes == 2:
             return np.ascontiguousarray(index.reshape(-1, 1), dtype=np.float32)
-        if n_classes > width:
-            raise OrtBenchError(f"y has {n_classes} classes, the model outputs {width}")
+        if n_classes != width:
+            raise OrtBenchError(
+                f"y has {n_classes} classes, the model outputs {width} columns (one per "
+                f"class): convert a classifier fitted on {n_classes} classes"
+            )
         Y = np.zeros((len(y), width), dtype=np.float32)
         Y[np.arange(len(y)), index] = 1
         return Y
@@ -663,7 +679,10 @@ class BaseTrainer(BaseEstimator):
             Before the first fit.
         """
         self._check_fitted()
-        return set_initializers(self.model_, self.get_state())
+        model = set_initializers(self.model_, self.get_state())
+        if self.is_classifier_ and self._proba_name:
+            model = with_class_labels(model, self._proba_name, self.classes_)
+        return model
 
     @property
     def trained_coef_(self) -> dict[str, np.ndarray]:
@@ -800,10 +819,14 @@ class BaseTrainer(BaseEstimator):
         Raises
         ------
         OrtBenchError
-            Before the first fit.
+            Before the first fit, or when ``folder`` cannot be created (a file is there).
         """
         self._check_fitted()
-        os.makedirs(folder, exist_ok=True)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            reason = "a file is there" if os.path.isfile(folder) else e.strerror or e
+            raise OrtBenchError(f"cannot write the graphs into folder {folder}: {reason}") from None
         paths = {}
         for name, model in self._graphs().items():
             path = os.path.join(os.fspath(folder), f"{name}.onnx")
@@ -833,6 +856,12 @@ class _ModelSummary:
 
     def __repr__(self) -> str:
         return self.text
+
+
+def _same_model(model, fitted) -> bool:
+    """Whether ``model_onnx`` is still the model of the last fit: the same object, or an
+    equal one (protobuf messages compare by content, paths and bytes by value)."""
+    return model is fitted or (type(model) is type(fitted) and model == fitted)
 
 
 def _declared_features(value) -> int | None:

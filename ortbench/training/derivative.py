@@ -22,10 +22,10 @@ from .graph_tools import (
     trainable_initializers,
     weights_as_inputs,
 )
-from .no_gradient import explain
+from .ort_preparation import gradient_builder_error, prepare_for_gradient_builder
 from .portable import vjp_graph
 from .relu_gradient import mask_relu_gradients
-from .runtime import check_training_build, first_line, quiet_logs, runtime_problem, session_options
+from .runtime import check_training_build, quiet_logs, runtime_problem, session_options
 
 BACKENDS = ("ort-training", "portable")
 
@@ -160,6 +160,7 @@ def onnx_derivative(
         _keep_outputs(grad, wanted)
         return grad
 
+    model = prepare_for_gradient_builder(model)
     b = GraphBuilder("vjp", prefix="ortbench_vjp_")
     terms = []
     for out in outputs:
@@ -186,9 +187,7 @@ def onnx_derivative(
         )
         builder.build()
     except RuntimeError as e:
-        raise OrtBenchError(
-            f"onnxruntime cannot differentiate this model: {first_line(e)}"
-        ) from None
+        raise gradient_builder_error(e, model) from None
     grad = onnx.load_model_from_string(builder.get_model())
     _rename_upstream(grad, [o.name for o in outputs])
     _keep_outputs(grad, wanted)
@@ -216,22 +215,6 @@ def _keep_outputs(model: onnx.ModelProto, names: list[str]) -> None:
     model.graph.output.extend(kept)
 
 
-def gradient_builder(onx: onnx.ModelProto, weights: list[str], inputs: list[str]):
-    """onnxruntime-training's forward/backward builder, built for ``weights`` (initializers,
-    fed as inputs) and ``inputs``; raises RuntimeError when it cannot differentiate."""
-    model = weights_as_inputs(onx, weights)
-    config = capi.OrtModuleGraphBuilderConfiguration()
-    config.initializer_names = weights
-    config.initializer_names_to_train = weights
-    config.input_names_require_grad = inputs
-    config.build_gradient_graph = True
-    quiet_logs()
-    builder = capi.OrtModuleGraphBuilder()
-    builder.initialize(model.SerializeToString(), config)
-    builder.build(capi.TrainingGraphTransformerConfiguration())
-    return builder
-
-
 @dataclass
 class TrainingGraph:
     """What a TrainingAgent needs: the forward/backward model and its names."""
@@ -252,10 +235,19 @@ def build_training_graph(
     Large ``ReluGrad`` nodes become mask products (:mod:`ortbench.training.relu_gradient`).
     """
     check_training_build()
+    model = prepare_for_gradient_builder(weights_as_inputs(onx, weights))
+    config = capi.OrtModuleGraphBuilderConfiguration()
+    config.initializer_names = weights
+    config.initializer_names_to_train = weights
+    config.input_names_require_grad = list(inputs or [])
+    config.build_gradient_graph = True
+    quiet_logs()
+    builder = capi.OrtModuleGraphBuilder()
     try:
-        builder = gradient_builder(onx, weights, list(inputs or []))
+        builder.initialize(model.SerializeToString(), config)
+        builder.build(capi.TrainingGraphTransformerConfiguration())
     except RuntimeError as e:
-        raise explain(onx, [*weights, *(inputs or [])], e, gradient_builder) from None
+        raise gradient_builder_error(e, model) from None
     info = builder.get_graph_info()
     gradient_model = onnx.load_model_from_string(builder.get_gradient_model())
     mask_relu_gradients(gradient_model)

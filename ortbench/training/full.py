@@ -12,10 +12,11 @@ from functools import partial
 
 from .base import BaseTrainer, shared_docstring
 from .data import Batch
+from .errors import OrtBenchError
 from .fused import FusedSteps
-from .graph_tools import select_outputs
+from .graph_tools import select_outputs, unique_name
 from .learning_rates import BaseLearningRate
-from .loss_graph import add_loss_output, scalar_loss, tensor_names, unique_name
+from .loss_graph import add_loss_output, scalar_loss, tensor_names
 from .losses import BaseLearningLoss, loss_from_name
 from .on_device import OnDeviceSteps
 
@@ -80,6 +81,14 @@ class FullTrainer(BaseTrainer):
         backend: str | None = None,
     ):
         self._keep_params(locals())
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        name = self.loss_output_name
+        if not isinstance(name, str) or not name:
+            raise OrtBenchError(
+                f"loss_output_name must be a non-empty string such as 'loss', got {name!r}"
+            )
 
     def _learning_loss(self) -> BaseLearningLoss | None:
         return None if self.loss is None else loss_from_name(self.loss)

@@ -148,11 +148,16 @@ def _changed_after(op_type: str, version: int) -> bool:
         return True
 
 
+#: The inputs of a node that hold statistics, not parameters: (operator, position).
+_STATISTICS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
+
+
 def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
     """Names of the float initializers that are parameters, in graph order.
 
-    Skips scalars and constants only ever used as the left side of a Sub, which is how
-    skl2onnx writes ``1 - p`` with its ``unity`` initializer.
+    Skips scalars, constants only ever used as the left side of a Sub, which is how
+    skl2onnx writes ``1 - p`` with its ``unity`` initializer, and the running mean and
+    variance of a BatchNormalization (frozen statistics, torch's buffers).
     """
     consumers: dict[str, list[tuple[str, int]]] = {}
     for node in onx.graph.node:
@@ -164,6 +169,8 @@ def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
             continue
         uses = consumers.get(init.name, [])
         if uses and all(use == ("Sub", 0) for use in uses):
+            continue
+        if uses and all(use in _STATISTICS for use in uses):
             continue
         names.append(init.name)
     return names
@@ -744,7 +751,7 @@ def inferred_shapes(model: onnx.ModelProto) -> tuple[dict[str, list], dict[str, 
     onnx.shape_inference.InferenceError
         When onnx cannot infer the model.
     """
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     shapes, types = {}, {}
     graph = inferred.graph
     for value in [*graph.input, *graph.output, *graph.value_info]:
@@ -783,3 +790,96 @@ def _rename(graph: onnx.GraphProto, old: str, new: str) -> None:
     kept = [v for v in graph.value_info if v.name != old]
     del graph.value_info[:]
     graph.value_info.extend(kept)
+
+
+def check_weights_reach(onx: onnx.ModelProto, weights: list[str], outputs: list[str]) -> None:
+    """Refuse trained weights that none of ``outputs`` (the trained output, a loss the model
+    outputs) is computed from: nothing would give them a gradient.
+
+    Raises
+    ------
+    OrtBenchError
+        Naming the first such weight.
+    """
+    producers = {o: n for n in onx.graph.node for o in n.output}
+    read = _ancestors(producers, outputs)
+    unread = [w for w in weights if w not in read]
+    if unread:
+        raise OrtBenchError(
+            f"weight {unread[0]!r} does not reach the trained output {outputs[0]!r} (the "
+            f"first float output): leave it out of weights_to_train, or convert a model "
+            f"whose first float output is the one to train"
+        )
+
+
+def with_class_labels(
+    onx: onnx.ModelProto, probabilities: str, classes: np.ndarray
+) -> onnx.ModelProto:
+    """A copy of a classifier graph whose labels are ``classes``, as a fitted trainer's
+    ``predict`` answers them: the label output becomes ``classes[argmax(probabilities)]``
+    and a ZipMap's keys become ``classes``.
+
+    Parameters
+    ----------
+    onx : onnx.ModelProto
+        The classifier graph.
+    probabilities : str
+        The (n, len(classes)) probability tensor.
+    classes : numpy.ndarray
+        The fitted class labels (integers or strings).
+
+    Raises
+    ------
+    OrtBenchError
+        For labels that are neither integers nor strings.
+    """
+    if classes.dtype.kind in "iub":
+        labels = classes.astype(np.int64)
+    elif classes.dtype.kind in "USO" and all(isinstance(c, str) for c in classes.tolist()):
+        labels = np.array([str(c) for c in classes], dtype=object)
+    else:
+        raise OrtBenchError(
+            f"an ONNX classifier's labels are integers or strings, the fitted classes_ are "
+            f"{classes.dtype}: fit with integer or string labels to export the model"
+        )
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    graph = model.graph
+    producers = {o: n for n in graph.node for o in n.output}
+    names = {o for node in graph.node for o in node.output} | {i.name for i in graph.initializer}
+    constant = unique_name(names, "classes")
+    tensor = numpy_helper.from_array(labels, constant)
+    graph.initializer.append(tensor)
+    for out in graph.output:
+        node = producers.get(out.name)
+        if node is not None and node.op_type == "ZipMap":
+            kept = [a for a in node.attribute if not a.name.startswith("classlabels_")]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+            key = "classlabels_int64s" if labels.dtype != object else "classlabels_strings"
+            node.attribute.append(helper.make_attribute(key, labels.tolist()))
+            out.type.sequence_type.elem_type.map_type.key_type = tensor.data_type
+        elif out.type.HasField("tensor_type") and out.type.tensor_type.elem_type not in FLOAT_TYPES:
+            index = unique_name(names, f"{out.name}_index")
+            names.add(index)
+            if node is not None:
+                old = unique_name(names, out.name)
+                names.add(old)
+                node.output[list(node.output).index(out.name)] = old
+            graph.node.extend(
+                [
+                    helper.make_node("ArgMax", [probabilities], [index], axis=1, keepdims=0),
+                    helper.make_node("Gather", [constant, index], [out.name]),
+                ]
+            )
+            out.type.tensor_type.elem_type = tensor.data_type
+    return select_outputs(model, [o.name for o in graph.output])
+
+
+def unique_name(taken: set[str], base: str) -> str:
+    """``base``, or ``base_1``, ``base_2``, ...: the first that is not ``taken``."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
-from .graph_tools import inferred_shapes, load_model, training_output
+from .graph_tools import inferred_shapes, load_model, training_output, unique_name
 from .losses import (
     CONVENTIONS,
     LOSS_NAMES,
@@ -104,7 +104,7 @@ def add_loss_output(
             f"{[o.name for o in graph.output]}"
         )
     loss = _score(score_name, l1_weight, l2_weight, eps, convention)
-    penalties = _penalties(penalty, {i.name for i in graph.initializer})
+    penalties = _penalties(penalty, {i.name: i.data_type for i in graph.initializer})
     label_name = label_name or unique_name(names, "label")
     new_names = [("loss_name", loss_name), ("label_name", label_name)]
     new_names += [("weight_name", weight_name), ("scale_name", scale_name)]
@@ -166,23 +166,15 @@ def _score(score_name, l1_weight: float, l2_weight: float, eps, convention: str)
     return loss
 
 
-def unique_name(taken: set[str], base: str) -> str:
-    """``base``, or ``base_1``, ``base_2``, ...: the first that is not ``taken``."""
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    return name
-
-
 def tensor_names(graph: onnx.GraphProto) -> set[str]:
     """Every name the graph gives a tensor: inputs, initializers, node outputs."""
     names = {i.name for i in graph.input} | {i.name for i in graph.initializer}
     return names | {o for node in graph.node for o in node.output}
 
 
-def _penalties(penalty, initializers: set[str]) -> dict[str, ElasticLearningPenalty]:
-    """The checked penalty terms of ``{'weight': {'l1': a, 'l2': b}}``."""
+def _penalties(penalty, initializers: dict[str, int]) -> dict[str, ElasticLearningPenalty]:
+    """The checked penalty terms of ``{'weight': {'l1': a, 'l2': b}}`` over the model's
+    initializers (name to element type)."""
     if penalty is None:
         return {}
     if not isinstance(penalty, dict):
@@ -194,6 +186,12 @@ def _penalties(penalty, initializers: set[str]) -> dict[str, ElasticLearningPena
     for name, coefs in penalty.items():
         if name not in initializers:
             raise OrtBenchError(f"penalty on unknown initializer {name!r}")
+        if initializers[name] != TensorProto.FLOAT:
+            kind = helper.tensor_dtype_to_np_dtype(initializers[name]).name
+            raise OrtBenchError(
+                f"penalty on {name!r}: it is an initializer of type {kind}, a penalty "
+                f"applies to float32 weights"
+            )
         if isinstance(coefs, (int, float)) and not isinstance(coefs, bool):
             coefs = {"l2": coefs}  # the seed's shorthand
         unknown = set(coefs) - {"l1", "l2"} if isinstance(coefs, dict) else {coefs}

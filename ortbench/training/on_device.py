@@ -21,10 +21,9 @@ from onnx import numpy_helper
 
 from . import capi
 from .data import Batch, BatchLoader
-from .derivative import gradient_builder
 from .errors import OrtBenchError
 from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
-from .no_gradient import explain
+from .ort_preparation import gradient_builder_error, prepare_for_gradient_builder
 from .relu_gradient import mask_relu_gradients
 from .runtime import SessionMaker, cpu_scalar, native_stderr_silenced, training_module
 
@@ -89,6 +88,7 @@ class OnDeviceSteps:
         self.graphs = {}
         self._feeds = feeds
         self._device = sessions.ort_device
+        with_loss = prepare_for_gradient_builder(with_loss)
         with tempfile.TemporaryDirectory() as folder:
             try:
                 with native_stderr_silenced():
@@ -101,7 +101,7 @@ class OnDeviceSteps:
                         artifact_directory=folder,
                     )
             except RuntimeError as e:
-                raise explain(with_loss, weights, e, gradient_builder) from None
+                raise gradient_builder_error(e, with_loss) from None
             training_path = os.path.join(folder, "training_model.onnx")
             always_overwrite_gradients(training_path)
             training = onnx.load(training_path)
