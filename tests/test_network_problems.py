@@ -9,8 +9,10 @@ import numpy as np
 import onnxruntime
 import pandas as pd
 import pytest
+from sklearn.datasets import load_digits
 
 from ortbench.bench.contenders import make_contender
+from ortbench.bench.datasets import _LOADERS
 from ortbench.bench.networks import cnn
 from ortbench.bench.problems import check_problems, make_problem
 from ortbench.bench.store import RESULTS_CSV
@@ -73,8 +75,28 @@ def test_torch_and_the_engine_train_the_network_alike(problem_name, engine):
 
 
 def test_network_problems_read_the_digit_images():
-    with pytest.raises(OrtBenchError, match="reads 8x8 digit images: run it on --dataset digits"):
+    with pytest.raises(OrtBenchError, match="reads 8x8 digit images: run it on --dataset digits_"):
         check_problems(("cnn",), ("make_regression",))
+    check_problems(("cnn", "transformer"), ("digits", "digits_shifted"))
+
+
+def test_the_shifted_digits_are_the_images_moved_one_pixel():
+    images, labels = load_digits(return_X_y=True)
+    images = images.reshape(-1, 8, 8)
+    X, y = _LOADERS["digits_shifted"](None, None, 0)
+    copies = X.reshape(5, len(images), 8, 8)
+    np.testing.assert_array_equal(y, np.tile(labels, 5))
+    np.testing.assert_array_equal(copies[0], images)
+    moves = set()
+    for copy in copies[1:]:
+        for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1)):
+            expected = np.zeros_like(images)  # moved by (dr, dc), the edge left blank
+            expected[:, max(dr, 0) : 8 + min(dr, 0), max(dc, 0) : 8 + min(dc, 0)] = images[
+                :, max(-dr, 0) : 8 + min(-dr, 0), max(-dc, 0) : 8 + min(-dc, 0)
+            ]
+            if np.array_equal(copy, expected):
+                moves.add((dr, dc))
+    assert moves == {(-1, 0), (1, 0), (0, -1), (0, 1)}
 
 
 def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
@@ -84,7 +106,7 @@ def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
     assert main([*argv, "--out", str(tmp_path)]) == 0
     (folder,) = tmp_path.iterdir()
     results = pd.read_csv(folder / RESULTS_CSV)
-    assert set(results.dataset) == {"digits"}
+    assert set(results.dataset) == {"digits_shifted"}
     assert len(results) == 2 * len(contenders)
     status = results.set_index(["problem", "contender"]).status
     for problem in ("cnn", "transformer"):
