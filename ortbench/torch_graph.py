@@ -524,11 +524,13 @@ class TorchGraph(torch.nn.Module):
             torch.nn.Parameter(torch.from_numpy(np.array(values[name])).to(device))
             for name in trained
         )
-        self._constants = {
+        # every value a forward pass starts from, by name, made once
+        self._values = {
             name: torch.from_numpy(np.array(value)).to(device)
             for name, value in values.items()
             if name not in self._trained
         }
+        self._values.update((name, self.weights[k]) for name, k in self._trained.items())
         initializers = set(values)
         self.input_names = [i.name for i in graph.input if i.name not in initializers]
 
@@ -538,8 +540,7 @@ class TorchGraph(torch.nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         """The graph's outputs for its data inputs, given in the graph's order."""
-        env = dict(self._constants)
-        env.update({name: self.weights[k] for name, k in self._trained.items()})
+        env = dict(self._values)
         env.update(zip(self.input_names, inputs))
         for node in self._nodes:
             arguments = [env[name] if name else None for name in node.proto.input]
