@@ -10,10 +10,14 @@ from __future__ import annotations
 import sys
 
 from ortbench.bench.memory import memory_growth
+from ortbench.bench.networks import NETWORKS
 from ortbench.bench.problems import sized_problems
 
 from .common import ENGINE_CONTENDERS, PARAM_NAMES, ContenderSuite, contender
 
+#: The network problems and the batch sizes they are timed at.
+NETWORK_PROBLEMS = list(NETWORKS)
+NETWORK_BATCH_SIZES = [16, 256]
 #: Epochs of the fit whose peak memory is measured, and of the fit whose loss is tracked.
 SHORT_FIT = 2
 TRACKED_FIT = 5
@@ -30,6 +34,14 @@ class TimeEpoch(ContenderSuite):
 
     def time_epoch(self, name, problem, batch_size, device):
         self.contender.continue_fit(1)
+
+
+class TimeNetworkEpoch(TimeEpoch):
+    """The same on the network problems (cnn, transformer on the digit images): the engine
+    against torch, their peer."""
+
+    problems = NETWORK_PROBLEMS
+    batch_sizes = NETWORK_BATCH_SIZES
 
 
 class PeakMemory(ContenderSuite):

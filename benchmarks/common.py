@@ -6,7 +6,7 @@ from __future__ import annotations
 from ortbench.bench.contenders import CONTENDERS, Contender, Unavailable, make_contender
 from ortbench.bench.contenders.ort import OrtContender
 from ortbench.bench.machine import available_devices
-from ortbench.bench.problems import make_problem, sized_problems
+from ortbench.bench.problems import default_datasets, make_problem, sized_problems
 
 CONTENDER_NAMES = list(CONTENDERS)
 #: The contenders that train with ortbench's engine (they run onnxruntime sessions).
@@ -47,8 +47,10 @@ class ContenderSuite:
 
 
 def contender(name: str, problem: str, batch_size: int, device: str) -> Contender:
-    """The cell's contender on the default data set; NotImplementedError when it cannot run."""
+    """The cell's contender on the problem's default data set (the digit images for the
+    network problems); NotImplementedError when it cannot run."""
     try:
-        return make_contender(name, make_problem(problem), batch_size, device)
+        dataset = default_datasets((problem,)) or ()
+        return make_contender(name, make_problem(problem, *dataset), batch_size, device)
     except Unavailable as e:
         raise NotImplementedError(str(e)) from None

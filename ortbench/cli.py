@@ -46,7 +46,14 @@ from .bench.matrix import (
     run_matrix,
 )
 from .bench.merge import merge_runs
-from .bench.problems import PROBLEMS, make_problem, parse_hidden, problem_name, sized_problems
+from .bench.problems import (
+    PROBLEMS,
+    default_datasets,
+    make_problem,
+    parse_hidden,
+    problem_name,
+    sized_problems,
+)
 from .bench.shard import Shard, parse_shard, shard_cells, write_shard
 from .bench.store import (
     KEYS,
@@ -130,6 +137,7 @@ def _matrix_config(args: argparse.Namespace) -> BenchConfig:
         "baseline": args.baseline,
     }
     overrides.update(_own_problems(args, overrides["problems"] or config.problems))
+    overrides["datasets"] = overrides["datasets"] or default_datasets(overrides["problems"])
     repeated = []
     for name, values in overrides.items():
         if isinstance(values, tuple) and len(set(values)) < len(values):

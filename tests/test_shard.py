@@ -290,7 +290,14 @@ def test_merge_refuses_another_matrix_other_sides_overlap_and_gaps(tmp_path, cap
     (shards[2] / SHARD_JSON).write_text(json.dumps(info3))
     lines = (shards[2] / RESULTS_JSONL).read_text().splitlines(keepends=True)
     (shards[2] / RESULTS_JSONL).write_text("".join([*lines, lines[0]]))
-    assert "twice" in refused(["merge", *map(str, shards), *out], capsys)
+    line = refused(["merge", *map(str, shards), *out], capsys)
+    assert "2 bad row(s)" in line and "the same cell as line" in line
+    # a row whose time is not a positive number
+    row = json.loads(lines[0])
+    row["seconds_per_step"] = -1.0
+    (shards[2] / RESULTS_JSONL).write_text("".join([json.dumps(row) + "\n", *lines[1:]]))
+    line = refused(["merge", *map(str, shards), *out], capsys)
+    assert "1 bad row(s), first line 1:" in line
     # a row of a cell outside its shard
     foreign = (shards[0] / RESULTS_JSONL).read_text().splitlines(keepends=True)[0]
     (shards[2] / RESULTS_JSONL).write_text("".join([*lines, foreign]))

@@ -44,14 +44,34 @@ def _shipped(loader):
     return load
 
 
+def _shifted_digits(n_samples: int | None, n_features: int | None, seed: int):
+    """The digit images and their copies moved one pixel up, down, left and right (the
+    row or column moved out comes back blank): five times the rows, so that an epoch
+    holds eight batches of 256."""
+    images, target = load_digits(return_X_y=True)
+    images = images.reshape(-1, 8, 8)
+    copies = [images]
+    for axis in (1, 2):
+        for step in (-1, 1):
+            moved = np.roll(images, step, axis=axis)
+            edge = 0 if step == 1 else -1
+            if axis == 1:
+                moved[:, edge, :] = 0
+            else:
+                moved[:, :, edge] = 0
+            copies.append(moved)
+    return np.concatenate(copies).reshape(-1, 64), np.tile(target, len(copies))
+
+
 _LOADERS = {
     "make_regression": _make_regression,
     "diabetes": _shipped(load_diabetes),
     "breast_cancer": _shipped(load_breast_cancer),
     "digits": _shipped(load_digits),
+    "digits_shifted": _shifted_digits,
 }
 #: Data sets whose shipped target is a class label.
-_CLASSIFICATION = {"breast_cancer", "digits"}
+_CLASSIFICATION = {"breast_cancer", "digits", "digits_shifted"}
 #: Data sets generated at the size asked for.
 GENERATED = {"make_regression"}
 

@@ -3,7 +3,8 @@
 :func:`run_matrix` runs the cells group by group (the contenders of one problem, data
 set, device and batch size, their timed fits interleaved) and appends each row to the
 run folder as soon as its group finishes. A cell a contender cannot run gets a row with
-status "unavailable: <reason>", a cell that raised gets "failed: <error>": no cell disappears.
+status "unavailable: <reason>" (a contender whose backend has no gradient for a node of
+the model included), a cell that raised gets "failed: <error>": no cell disappears.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..training import OrtBenchError
+from ..training import NoGradientError, OrtBenchError
 from .contenders import CONTENDERS, Contender, Unavailable, make_contender
 from .contenders.base import (
     QUIET_LIMIT,
@@ -212,6 +213,8 @@ def _prepare(
         validation = contender.predict(data.X_val)
         row["validation_loss"] = problem.loss(data.y_val, validation, data.w_val)
         row["validation_score"] = problem.score(data.y_val, validation)
+    except NoGradientError as e:  # this contender's backend cannot train the model
+        return {**row, "status": f"unavailable: {e.reason}"}, None
     except Exception as e:  # a cell that breaks is a result, not the end of the run
         return {**row, "status": f"failed: {_first_line(e)}"}, None
     return row, contender

@@ -32,8 +32,8 @@ from .store import (
     RESULTS_JSONL,
     SAMPLES,
     ResultsWriter,
+    read_checked_records,
     read_loss_curves,
-    read_records,
 )
 
 MERGE_JSON = "merge.json"
@@ -107,6 +107,19 @@ def _sides(folder: Path) -> dict:
         raise OrtBenchError(f"{folder} is an ab shard without a readable {AB_JSON}: {e}") from None
 
 
+def _checked_records(folder: Path, command: str) -> list[dict]:
+    """A shard's rows, refused in one line when one of them is bad (see ``check_rows``)."""
+    if not (folder / RESULTS_JSONL).exists():
+        return []
+    keys = [*KEYS, SIDE] if command == "ab" else KEYS
+    records, bad = read_checked_records(folder, keys)
+    if bad:
+        raise OrtBenchError(
+            f"{folder / RESULTS_JSONL} has {len(bad)} bad row(s), first {bad[0]}: re-run that shard"
+        )
+    return records
+
+
 def check_shards(folders: Sequence[str | Path]) -> list[ShardFolder]:
     """Read and check the shards of one matrix (see the module's description).
 
@@ -120,7 +133,7 @@ def check_shards(folders: Sequence[str | Path]) -> list[ShardFolder]:
         if not folder.is_dir():
             raise OrtBenchError(f"no run folder at {folder}")
         info = read_shard(folder)
-        records = read_records(folder) if (folder / RESULTS_JSONL).exists() else []
+        records = _checked_records(folder, info["command"])
         shards.append(ShardFolder(folder, info, records))
     first = shards[0]
     for shard in shards[1:]:

@@ -6,6 +6,9 @@ it, onnxruntime contenders from its ONNX conversion, torch contenders from its w
 so on one problem every contender trains the same function from the same point with the
 same loss. Built-in MLP problems take their hidden layers from their name
 (``mlp-256-128``: two hidden layers of 256 and 128 units; ``mlp``: the default 50, 10).
+The network problems ``cnn`` and ``transformer`` (:mod:`ortbench.bench.networks`) train
+on the digit images, with weights drawn from the seed: scikit-learn cannot express them,
+torch runs their graph.
 
 A user's own model and data become a problem through :mod:`ortbench.bench.user_model`,
 which registers it here under its file names; it has a reference only when its graph is
@@ -29,6 +32,7 @@ from sklearn.neural_network import MLPClassifier, MLPRegressor
 from ..training import OrtBenchError
 from ..training.graph_tools import check_weight_names, get_initializers, rewrite_linear_nodes
 from .datasets import DATASETS, Split, load_split
+from .networks import NETWORKS
 
 #: name -> (default hidden layer sizes, task)
 _MODELS = {
@@ -36,12 +40,18 @@ _MODELS = {
     "mlp": ((50, 10), "regression"),
     "mlp-binary": ((50, 10), "binary"),
     "mlp-multiclass": ((50, 10), "multiclass"),
+    **{name: ((), "multiclass") for name in NETWORKS},
 }
 PROBLEMS = tuple(_MODELS)
+#: The data sets the network problems read: 8x8 digit images, one row each; the first is
+#: their default (five times the shipped rows, so that batches of 256 run).
+IMAGES = ("digits_shifted", "digits")
 
 #: Learning rate (constant) and momentum shared by every contender.
 ETA0 = 0.001
 MOMENTUM = 0.9
+#: The network problems' learning rate: at ETA0 their loss hardly moves in a few epochs.
+NETWORK_ETA0 = 0.05
 
 #: Probabilities are clipped to [EPS, 1 - EPS] in the log loss, as the engine does.
 EPS = float(np.finfo(np.float32).eps)
@@ -281,7 +291,12 @@ def check_problems(problems: tuple[str, ...], datasets: tuple[str, ...]) -> None
         for dataset in datasets:
             if is_registered(name, dataset):
                 continue
-            parse_problem_name(name)
+            base = parse_problem_name(name)[0]
+            if base in NETWORKS and dataset not in IMAGES:
+                raise OrtBenchError(
+                    f"problem {name!r} reads 8x8 digit images: run it on --dataset "
+                    f"{' or '.join(IMAGES)}"
+                )
             if dataset not in DATASETS:
                 raise OrtBenchError(
                     f"unknown datasets [{dataset!r}]: expected some of {list(DATASETS)}"
@@ -331,6 +346,11 @@ def _builtin_problem(
     base, hidden = parse_problem_name(name)
     task = _MODELS[base][1]
     data = load_split(dataset, task, n_samples=n_samples, seed=seed, n_features=n_features)
+    if base in NETWORKS:  # no scikit-learn reference: its weights are drawn from the seed
+        if dataset not in IMAGES:
+            raise OrtBenchError(f"problem {name!r} reads 8x8 digit images, not {dataset!r}")
+        network = NETWORKS[base](len(np.unique(data.y_train)), seed)
+        return Problem(name, dataset, task, data, network, seed, None, "log", eta0=NETWORK_ETA0)
     if task == "multiclass" and len(np.unique(data.y_train)) == 2:
         task = "binary"  # what scikit-learn and torch train then: one logistic output
     model = reference_mlp(hidden, "relu", task, seed)
@@ -341,6 +361,14 @@ def _builtin_problem(
     onx = to_onnx(model, data.X_train[:1], options=options)
     loss = "squared_error" if task == "regression" else "log"
     return Problem(name, dataset, task, data, onx, seed, model, loss)
+
+
+def default_datasets(problems: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The data sets to run problems on when none is named: the shifted digit images when
+    every problem is a network problem (None: the bench's own default)."""
+    if problems and all(parse_problem_name(p)[0] in NETWORKS for p in problems):
+        return IMAGES[:1]
+    return None
 
 
 def reference_mlp(

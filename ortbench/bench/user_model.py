@@ -2,12 +2,14 @@
 
 :func:`load_user_problem` reads the model and the data, checks everything a cell would
 trip on (a file that is not ONNX, data whose width or type does not fit the model's
-input, a missing target column, empty or NaN data, nothing to train, a graph onnxruntime
-cannot train), each as one line naming the file and what to change, and registers the
-problem so that every cell finds it by its file names. The graph gets a scikit-learn
-reference model (which the scikit-learn and torch contenders need) only when it is an
-MLP they can express: MatMul and Add layers with one activation, as skl2onnx converts
-MLPRegressor, MLPClassifier and linear models.
+input, a missing target column, empty or NaN data, nothing to train, a batch dimension
+fixed by a node), each as one line naming the file and what to change, and registers the
+problem so that every cell finds it by its file names. Whether a gradient backend can
+differentiate the graph is each contender's own question: a contender that cannot gets
+its own "unavailable" row, and the others run. The graph gets a scikit-learn reference
+model (which the scikit-learn contenders need) only when it is an MLP scikit-learn can
+express: MatMul and Add layers with one activation, as skl2onnx converts MLPRegressor,
+MLPClassifier and linear models; torch runs any graph (:mod:`ortbench.torch_graph`).
 
 Data files: ``.npz`` (arrays ``X``, ``y`` and optionally ``sample_weight``), ``.npy``
 files (X, y and optionally the sample weights, in that order), ``.csv`` and
@@ -28,7 +30,8 @@ import pandas as pd
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-from ..training import ForwardBackwardTrainer, OrtBenchError
+from ..training import OrtBenchError
+from ..training.batch_axis import free_batch_axis
 from ..training.graph_tools import (
     check_weight_names,
     get_initializers,
@@ -37,13 +40,12 @@ from ..training.graph_tools import (
     select_outputs,
     training_output,
 )
-from ..training.losses import loss_from_name
 from .datasets import split_rows
 from .problems import Problem, reference_mlp, register
 
 #: Losses a user problem trains with (the engine's names).
 USER_LOSSES = ("squared_error", "absolute_error", "log")
-#: Rows of the trial fit that proves the graph trains before any cell runs.
+#: Rows of the trial forward run that checks the output's width before any cell runs.
 TRIAL_ROWS = 16
 _HIDDEN_ACTIVATIONS = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "logistic"}
 _PASS_THROUGH = {"Identity", "Reshape", "Cast"}
@@ -116,15 +118,17 @@ def load_user_problem(files: UserFiles, seed: int = 0) -> Problem:
     """
     model = _load_model(files.model)
     X, y, w = _load_data(files)
-    where = f"{files.model} with {', '.join(files.data)}"
     input_name = _check_input(model, X, files)
+    try:  # every contender then runs any batch size, and the validation rows
+        model = free_batch_axis(model, input_name)
+    except OrtBenchError as e:
+        raise OrtBenchError(f"{files.model}: {e}") from None
     loss = files.loss or _default_loss(model)
     if loss not in USER_LOSSES:
         raise OrtBenchError(f"--loss {loss!r} is not one of {list(USER_LOSSES)}")
     weights = _check_weights(model, files)
     task = _task(y, loss, files)
     _check_forward(model, input_name, X, y, loss, files)
-    _trial_fit(model, weights, loss, X, y, w, where)
     try:
         data = split_rows(X, y, w, task != "regression", seed)
     except ValueError:  # a class too rare to stratify on
@@ -338,23 +342,6 @@ def _check_forward(model, input_name, X, y, loss, files: UserFiles) -> None:
             f"{files.data[0]}: the target has {y.shape[1] if y.ndim == 2 else 1} columns, "
             f"output {output!r} of {files.model} has {width}"
         )
-
-
-def _trial_fit(model, weights, loss, X, y, w, where: str) -> None:
-    """One short fit: refuse a model onnxruntime cannot differentiate before any timing."""
-    rows = slice(0, TRIAL_ROWS)
-    trainer = ForwardBackwardTrainer(
-        model,
-        weights_to_train=weights,
-        learning_loss=loss_from_name(loss),
-        batch_size=min(TRIAL_ROWS, len(X)),
-        max_iter=1,
-    )
-    try:
-        trainer.fit(X[rows], y[rows], None if w is None else w[rows])
-    except Exception as e:  # whatever the runtime raised, one line
-        line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise OrtBenchError(f"{where}: onnxruntime cannot train it: {line[:200]}") from None
 
 
 def mlp_layers(model: onnx.ModelProto) -> tuple[list, list, str, str] | None:

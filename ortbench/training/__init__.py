@@ -21,7 +21,7 @@ except ModuleNotFoundError as e:
     raise missing_runtime() from None
 
 from .derivative import DerivativeOptions, onnx_derivative
-from .errors import ConvergenceError, OrtBenchError
+from .errors import ConvergenceError, NoGradientError, OrtBenchError
 from .forward_backward import ForwardBackwardTrainer
 from .full import FullTrainer
 from .graph_tools import onnx_rename_weights, rewrite_linear_nodes, trainable_initializers
@@ -57,6 +57,7 @@ __all__ = [
     "LearningRateSGD",
     "LearningRateSGDNesterov",
     "NegLogLearningLoss",
+    "NoGradientError",
     "NoLearningPenalty",
     "OrtBenchError",
     "OrtGradientForwardBackwardOptimizer",

@@ -21,6 +21,7 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.metrics import accuracy_score, r2_score
 
 from ..progress import Progress
+from .batch_axis import free_batch_axis
 from .data import BatchLoader, as_float_matrix, check_sample_weight
 from .derivative import choose_backend
 from .errors import ConvergenceError, NotFittedTrainerError, OrtBenchError
@@ -484,6 +485,8 @@ class BaseTrainer(BaseEstimator):
         self.weights_ = check_weight_names(model, self.weights_to_train)
         losses = self._loss_outputs(model)
         model, self._input = data_input(model, self.weights_, losses)
+        model = free_batch_axis(model, self._input.name)
+        self._input = next(i for i in model.graph.input if i.name == self._input.name)
         self.model_ = model
         self.output_name_ = training_output(model, losses)
         self._proba_name = None

@@ -21,3 +21,19 @@ class ConvergenceError(OrtBenchError):
 class NotFittedTrainerError(OrtBenchError, NotFittedError):
     """A trainer used before its first fit: an :class:`OrtBenchError` that scikit-learn's
     tooling recognises as its own ``NotFittedError``."""
+
+
+class NoGradientError(OrtBenchError):
+    """A gradient backend has no gradient for one node of the model.
+
+    ``op_type`` and ``node`` name it; ``reason`` is the short form a bench row shows.
+    """
+
+    def __init__(self, message: str, op_type: str, node: str):
+        super().__init__(message)
+        self.op_type = op_type
+        self.node = node
+
+    @property
+    def reason(self) -> str:
+        return f"no gradient for {self.op_type} (node {self.node!r})"

@@ -31,7 +31,7 @@ import onnx
 from onnx import helper
 
 from . import capi
-from .errors import OrtBenchError
+from .errors import NoGradientError, OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import FLOAT_TYPES, inferred_shapes, node_attributes
 from .runtime import first_line, session_options
@@ -195,22 +195,27 @@ def gradient_builder_error(error: Exception, model: onnx.ModelProto) -> OrtBench
     Returns
     -------
     OrtBenchError
-        ``no onnxruntime-training gradient for operator 'Op' (node 'name')``, with the
-        builder's reason when it is not the runtime's source text.
+        A :class:`NoGradientError`: ``no onnxruntime-training gradient for operator 'Op'
+        (node 'name')``, with the builder's reason when it is not the runtime's source
+        text; an OrtBenchError when no node is found.
     """
     text = first_line(error)
     named = re.search(r"has not been registered: (\S+) for node (.+?)\s*$", text)
     if named:
-        return OrtBenchError(
-            f"no onnxruntime-training gradient for operator {named[1]!r} (node {named[2]!r})"
+        return NoGradientError(
+            f"no onnxruntime-training gradient for operator {named[1]!r} (node {named[2]!r})",
+            named[1],
+            named[2],
         )
     reason = "" if "onnxruntime_src" in text or "::" in text else f": {text}"
     node = _failing_node(model)
     if node is None:
         return OrtBenchError(f"onnxruntime-training cannot differentiate this model{reason}")
-    return OrtBenchError(
+    return NoGradientError(
         f"no onnxruntime-training gradient for operator {node.op_type!r} "
-        f"(node {node.name!r}){reason}"
+        f"(node {node.name!r}){reason}",
+        node.op_type,
+        node.name,
     )
 
 

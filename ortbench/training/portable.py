@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import OrtBenchError
+from .errors import NoGradientError, OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import FLOAT_TYPES, inferred_shapes
 from .portable_rules import RULES, RuleContext
@@ -59,8 +59,10 @@ def vjp_graph(model: onnx.ModelProto, wrt: list[str], fill_grad: bool = False) -
             continue
         rule = RULES.get(node.op_type)
         if rule is None or node.domain not in ("", "ai.onnx"):
-            raise OrtBenchError(
-                f"no portable gradient for operator {node.op_type!r} (node {node.name!r})"
+            raise NoGradientError(
+                f"no portable gradient for operator {node.op_type!r} (node {node.name!r})",
+                node.op_type,
+                node.name,
             )
         for name, grad in zip(node.input, rule(ctx, node, upstream)):
             if grad is not None and ctx.needs(name):

@@ -180,6 +180,15 @@ def settled_heap() -> Iterator[None]:
         gc.unfreeze()
 
 
+def as_prediction(output: np.ndarray, classifier: bool) -> np.ndarray:
+    """A model's output as contenders predict: values for regression (one column raveled),
+    P(class 1) for binary classifiers (of one or two probability columns), the class
+    probabilities of other classifiers."""
+    if classifier and output.shape[1] == 2:
+        return output[:, 1]
+    return output.ravel() if output.ndim == 2 and output.shape[1] == 1 else output
+
+
 class Unavailable(Exception):
     """A contender cannot run a cell (no CUDA, no torch, a linear-only model...)."""
 

@@ -22,7 +22,7 @@ from ...training.losses import loss_from_name
 from ...training.runtime import TRAINING_VERSION, check_device, runtime_problem
 from ..counters import RuntimeCounts, count_runtime
 from ..problems import Problem
-from .base import Contender
+from .base import Contender, as_prediction
 
 
 class OrtContender(Contender):
@@ -86,9 +86,7 @@ class OrtContender(Contender):
             output = self.trainer.predict_proba(X)
         else:
             output = self.trainer.predict(X)
-        if classifier and output.shape[1] == 2:
-            return output[:, 1]
-        return output.ravel() if output.ndim == 2 and output.shape[1] == 1 else output
+        return as_prediction(output, classifier)
 
     def runtime_counts(self) -> RuntimeCounts:
         """Counts over one more epoch (call ``fit`` first)."""

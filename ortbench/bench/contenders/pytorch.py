@@ -1,31 +1,73 @@
-"""Contenders over PyTorch (optional: torch is imported only when one of them runs)."""
+"""Contenders over PyTorch (optional: torch is imported only when one of them runs).
+
+They train the problem's own ONNX graph, run by :class:`ortbench.torch_graph.TorchGraph`:
+every node a torch operation, the weights to train torch parameters holding the graph's
+initial values. Whatever the network (an MLP, a CNN, an attention block), torch trains
+exactly what the engine trains, from the same weights, with the same loss and batches.
+"""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
+import onnx
 
+from ...training import OrtBenchError
+from ...training.graph_tools import (
+    check_weight_names,
+    classifier_output,
+    rewrite_linear_nodes,
+    training_output,
+)
+from ...training.losses import EPS
 from ..problems import Problem
-from .base import Contender
-from .scikit_learn import inexpressible
-
-#: scikit-learn's activation names -> torch.nn module names
-_ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "logistic": "Sigmoid", "identity": "Identity"}
+from .base import Contender, as_prediction
 
 
 def _torch():
     return importlib.import_module("torch")
 
 
-class TorchSGD(Contender):
-    """The problem's network in ``torch.nn``, trained by ``torch.optim.SGD`` in a plain loop.
+@dataclass(frozen=True)
+class _Plan:
+    """What torch runs of a problem's graph: the tensor the loss reads, the function that
+    turns it into probabilities ('sigmoid', 'softmax'; None: the tensor is the
+    prediction itself), and the weights to train."""
 
-    Same layers, activations, initial weights, batches and loss convention as the other
-    contenders: 0.5 * squared error summed over outputs and averaged over the batch (or
-    weighted by the sample weights), the log loss of a sigmoid output for binary
-    problems, of a softmax output for multiclass ones.
+    model: onnx.ModelProto
+    scores: str
+    function: str | None
+    weights: tuple[str, ...]
+
+
+@cache
+def _plan(problem: Problem) -> _Plan | str:
+    """The problem's plan, or why torch cannot run its graph."""
+    try:
+        model = rewrite_linear_nodes(problem.onnx_model)
+        weights = check_weight_names(model, list(problem.weights) if problem.weights else None)
+        scores, function = training_output(model), None
+        classifier = classifier_output(model) if problem.loss_name == "log" else None
+        if classifier is not None and classifier.function is not None:
+            scores, function = classifier.scores, classifier.function
+    except OrtBenchError as e:
+        return str(e)
+    reason = importlib.import_module("ortbench.torch_graph").unsupported(model, [scores])
+    return reason or _Plan(model, scores, function, tuple(weights))
+
+
+class TorchSGD(Contender):
+    """The problem's graph run by torch, trained by ``torch.optim.SGD`` in a plain loop.
+
+    Same network, initial weights, batches and loss convention as the other contenders:
+    0.5 * squared error (or the absolute error) summed over outputs and averaged over the
+    batch (or weighted by the sample weights); for classifiers the log loss of the
+    Sigmoid or Softmax the graph applies to its scores, or of its probabilities clipped
+    to [eps, 1 - eps].
     """
 
     name = "torch-sgd"
@@ -35,27 +77,26 @@ class TorchSGD(Contender):
     def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
         if importlib.util.find_spec("torch") is None:
             return "torch is not installed"
-        reason = inexpressible(problem, "torch")
-        if reason:
-            return reason
         if device != "cpu" and not _torch().cuda.is_available():
             return "torch sees no CUDA device"
-        return None
+        plan = _plan(problem)
+        return plan if isinstance(plan, str) else None
 
     def _network(self):
-        torch = _torch()
-        coefs, intercepts = self.problem.initial_weights()
-        activation = getattr(torch.nn, _ACTIVATIONS[self.problem.reference.activation])
-        layers = []
-        for k, (coef, intercept) in enumerate(zip(coefs, intercepts)):
-            linear = torch.nn.Linear(*coef.shape)
-            with torch.no_grad():
-                linear.weight.copy_(torch.from_numpy(np.ascontiguousarray(coef.T)))
-                linear.bias.copy_(torch.from_numpy(intercept))
-            layers.append(linear)
-            if k < len(coefs) - 1:
-                layers.append(activation())
-        return torch.nn.Sequential(*layers).to(self.device)
+        plan = _plan(self.problem)
+        runner = importlib.import_module("ortbench.torch_graph").TorchGraph
+        return runner(plan.model, [plan.scores], plan.weights, self.device)
+
+    def _targets(self, y: np.ndarray, width: int) -> np.ndarray:
+        """The labels or values the loss compares the scores with."""
+        if self.problem.loss_name != "log":
+            return np.array(y, dtype=np.float32).reshape(len(y), -1)
+        index = np.searchsorted(self.problem.classes, y)
+        if _plan(self.problem).function == "softmax":
+            return index
+        if width == 1:
+            return (index == len(self.problem.classes) - 1).astype(np.float32).reshape(-1, 1)
+        return np.eye(width, dtype=np.float32)[index]
 
     def _fit(self, epochs: int) -> list[float]:
         torch = _torch()
@@ -69,13 +110,9 @@ class TorchSGD(Contender):
             nesterov=self.nesterov,
         )
         self._X = torch.from_numpy(np.array(data.X_train)).to(self.device)
-        if self.problem.task == "multiclass":
-            y = np.searchsorted(self.problem.classes, data.y_train)
-        elif self.problem.task == "binary":
-            y = (data.y_train == self.problem.classes[1]).astype(np.float32).reshape(-1, 1)
-        else:
-            y = np.array(data.y_train, dtype=np.float32).reshape(len(data.y_train), -1)
-        self._y = torch.from_numpy(y).to(self.device)
+        with torch.no_grad():
+            width = self.network(self._X[:1])[0].shape[1]
+        self._y = torch.from_numpy(self._targets(data.y_train, width)).to(self.device)
         w = data.w_train
         self._w = None if w is None else torch.from_numpy(np.array(w)).to(self.device)
         self._rng = np.random.RandomState(self.problem.seed)
@@ -86,13 +123,19 @@ class TorchSGD(Contender):
             self._epoch()
 
     def _loss(self, output, expected, weight):
-        functional = _torch().nn.functional
-        if self.problem.task == "binary":
+        torch = _torch()
+        functional = torch.nn.functional
+        function = _plan(self.problem).function
+        if function == "softmax":
+            rows = functional.cross_entropy(output, expected, reduction="none")
+        elif function == "sigmoid":
             rows = functional.binary_cross_entropy_with_logits(
                 output, expected, reduction="none"
             ).sum(dim=1)
-        elif self.problem.task == "multiclass":
-            rows = functional.cross_entropy(output, expected, reduction="none")
+        elif self.problem.loss_name == "log":
+            rows = -(expected * torch.log(output.clamp(EPS, 1 - EPS))).sum(dim=1)
+        elif self.problem.loss_name == "absolute_error":
+            rows = (output - expected).abs().sum(dim=1)
         else:
             rows = 0.5 * ((output - expected) ** 2).sum(dim=1)
         return rows.mean() if weight is None else (rows * weight).sum() / weight.sum()
@@ -107,7 +150,7 @@ class TorchSGD(Contender):
             rows = order[start : start + self.batch_size]
             self.optimizer.zero_grad()
             weight = None if self._w is None else self._w[rows]
-            loss = self._loss(self.network(self._X[rows]), self._y[rows], weight)
+            loss = self._loss(self.network(self._X[rows])[0], self._y[rows], weight)
             loss.backward()
             self.optimizer.step()
             total += loss.item() * len(rows)
@@ -116,14 +159,14 @@ class TorchSGD(Contender):
     def predict(self, X: np.ndarray) -> np.ndarray:
         torch = _torch()
         network = getattr(self, "network", None) or self._network()
+        function = _plan(self.problem).function
         with torch.no_grad():
-            output = network(torch.from_numpy(np.array(X, dtype=np.float32)).to(self.device))
-            if self.problem.task == "binary":
+            output = network(torch.from_numpy(np.array(X, dtype=np.float32)).to(self.device))[0]
+            if function == "sigmoid":
                 output = torch.sigmoid(output)
-            elif self.problem.task == "multiclass":
+            elif function == "softmax":
                 output = torch.softmax(output, dim=1)
-        output = output.cpu().numpy()
-        return output if output.shape[1] > 1 else output.ravel()
+        return as_prediction(output.cpu().numpy(), self.problem.loss_name == "log")
 
 
 class TorchNesterov(TorchSGD):

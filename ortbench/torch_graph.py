@@ -1,0 +1,551 @@
+"""An ONNX graph run with torch operations: torch as the peer of any model, and the
+independent gradient reference of the tests.
+
+:class:`TorchGraph` interprets the nodes of a graph one by one with torch functions; the
+initializers to train become ``torch.nn.Parameter`` objects, the others constant tensors.
+Autograd then differentiates exactly the user's network, from the same weights, without
+any ONNX gradient rule. Importing this module imports torch (an optional dependency).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+from onnx import helper, numpy_helper
+
+from .training.errors import OrtBenchError
+
+#: ONNX element types -> torch dtypes (Cast, ConstantOfShape).
+_DTYPES = {
+    onnx.TensorProto.FLOAT: torch.float32,
+    onnx.TensorProto.DOUBLE: torch.float64,
+    onnx.TensorProto.FLOAT16: torch.float16,
+    onnx.TensorProto.INT64: torch.int64,
+    onnx.TensorProto.INT32: torch.int32,
+    onnx.TensorProto.INT8: torch.int8,
+    onnx.TensorProto.UINT8: torch.uint8,
+    onnx.TensorProto.BOOL: torch.bool,
+}
+
+_Op = Callable[["_Node", list], list]
+
+
+class _Node:
+    """A node's attributes (with defaults) and the graph's opset."""
+
+    def __init__(self, node: onnx.NodeProto, opset: int):
+        self.proto = node
+        self.opset = opset
+        self.attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    def get(self, name: str, default=None):
+        value = self.attributes.get(name, default)
+        return value.decode() if isinstance(value, bytes) else value
+
+
+def _ints(tensor) -> list[int]:
+    return [int(v) for v in tensor.reshape(-1).tolist()]
+
+
+def _axis_argument(node: _Node, inputs: list, position: int, name: str = "axes"):
+    """An axes list given as an input (newer opsets) or an attribute (older ones)."""
+    if len(inputs) > position and inputs[position] is not None:
+        return _ints(inputs[position])
+    value = node.get(name)
+    return None if value is None else list(value)
+
+
+def _unary(function) -> _Op:
+    return lambda node, x: [function(x[0])]
+
+
+def _binary(function) -> _Op:
+    return lambda node, x: [function(x[0], x[1])]
+
+
+def _div(node, x):
+    a, b = x
+    if not a.is_floating_point() and not b.is_floating_point():
+        return [torch.div(a, b, rounding_mode="trunc")]
+    return [a / b]
+
+
+def _gemm(node, x):
+    a, b = x[0], x[1]
+    if node.get("transA", 0):
+        a = a.t()
+    if node.get("transB", 0):
+        b = b.t()
+    out = node.get("alpha", 1.0) * (a @ b)
+    if len(x) > 2 and x[2] is not None:
+        out = out + node.get("beta", 1.0) * x[2]
+    return [out]
+
+
+def _softmax(function) -> _Op:
+    def op(node, x):
+        data = x[0]
+        if node.opset >= 13:
+            return [function(data, dim=node.get("axis", -1))]
+        axis = node.get("axis", 1) % data.dim()  # older opsets: over the flattened tail
+        flat = data.reshape(math.prod(data.shape[:axis]), -1)
+        return [function(flat, dim=1).reshape(data.shape)]
+
+    return op
+
+
+def _pads(node, rank: int) -> tuple[list[int], list[int]]:
+    """(begin, end) paddings of each spatial axis; raises for automatic padding but VALID."""
+    auto = node.get("auto_pad", "NOTSET")
+    if auto not in ("NOTSET", "VALID"):
+        raise OrtBenchError(
+            f"torch runs no {node.proto.op_type} with auto_pad={auto} (node {node.proto.name!r})"
+        )
+    pads = list(node.get("pads", [0] * 2 * rank)) if auto == "NOTSET" else [0] * 2 * rank
+    return pads[:rank], pads[rank:]
+
+
+def _padded(node, data, rank: int, value: float = 0.0):
+    """The input padded by hand where begin and end paddings differ; else the symmetric
+    paddings torch's functions take."""
+    begin, end = _pads(node, rank)
+    if begin == end:
+        return data, begin
+    flat = []
+    for b, e in zip(reversed(begin), reversed(end)):
+        flat += [b, e]
+    return F.pad(data, flat, value=value), [0] * rank
+
+
+def _conv(node, x):
+    data, weight = x[0], x[1]
+    bias = x[2] if len(x) > 2 else None
+    rank = data.dim() - 2
+    data, padding = _padded(node, data, rank)
+    function = (F.conv1d, F.conv2d, F.conv3d)[rank - 1]
+    return [
+        function(
+            data,
+            weight,
+            bias,
+            stride=list(node.get("strides", [1] * rank)),
+            padding=padding,
+            dilation=list(node.get("dilations", [1] * rank)),
+            groups=node.get("group", 1),
+        )
+    ]
+
+
+def _max_pool(node, x):
+    if len(node.proto.output) > 1 and node.proto.output[1]:
+        raise OrtBenchError(f"torch runs no MaxPool with Indices (node {node.proto.name!r})")
+    data = x[0]
+    rank = data.dim() - 2
+    data, padding = _padded(node, data, rank, -math.inf)
+    kernel = list(node.get("kernel_shape"))
+    function = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[rank - 1]
+    return [
+        function(
+            data,
+            kernel,
+            stride=list(node.get("strides", [1] * rank)),
+            padding=padding,
+            dilation=list(node.get("dilations", [1] * rank)),
+            ceil_mode=bool(node.get("ceil_mode", 0)),
+        )
+    ]
+
+
+def _average_pool(node, x):
+    data = x[0]
+    rank = data.dim() - 2
+    begin, end = _pads(node, rank)
+    if begin != end:
+        raise OrtBenchError(
+            f"torch runs no AveragePool with asymmetric pads (node {node.proto.name!r})"
+        )
+    function = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[rank - 1]
+    return [
+        function(
+            data,
+            list(node.get("kernel_shape")),
+            stride=list(node.get("strides", [1] * rank)),
+            padding=begin,
+            ceil_mode=bool(node.get("ceil_mode", 0)),
+            count_include_pad=bool(node.get("count_include_pad", 0)),
+        )
+    ]
+
+
+def _batch_norm(node, x):
+    if node.get("training_mode", 0):
+        raise OrtBenchError(
+            f"torch runs BatchNormalization with inference statistics only "
+            f"(node {node.proto.name!r} has training_mode=1)"
+        )
+    data, scale, bias, mean, var = x[:5]
+    # by the formula, not F.batch_norm: an export may compute the statistics from
+    # trained tensors, and F.batch_norm has no gradient for them
+    shape = (-1,) + (1,) * (data.dim() - 2)
+    inverse = torch.rsqrt(var + node.get("epsilon", 1e-5)) * scale
+    return [(data - mean.reshape(shape)) * inverse.reshape(shape) + bias.reshape(shape)]
+
+
+def _layer_norm(node, x):
+    data, scale = x[0], x[1]
+    bias = x[2] if len(x) > 2 else None
+    axis = node.get("axis", -1) % data.dim()
+    dims = list(range(axis, data.dim()))
+    mean = data.mean(dim=dims, keepdim=True)
+    centered = data - mean
+    inverse = torch.rsqrt(
+        (centered * centered).mean(dim=dims, keepdim=True) + node.get("epsilon", 1e-5)
+    )
+    out = centered * inverse * scale
+    if bias is not None:
+        out = out + bias
+    return [out, mean, inverse]
+
+
+def _gather(node, x):
+    data, indices = x
+    axis = node.get("axis", 0) % data.dim()
+    indices = torch.where(indices < 0, indices + data.shape[axis], indices).long()
+    picked = data.index_select(axis, indices.reshape(-1))
+    return [picked.reshape((*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :]))]
+
+
+def _flatten(node, x):
+    data = x[0]
+    axis = node.get("axis", 1) % (data.dim() + 1) if data.dim() else 0
+    return [data.reshape(math.prod(data.shape[:axis]), -1)]
+
+
+def _reshape(node, x):
+    data, shape = x[0], _ints(x[1])
+    if not node.get("allowzero", 0):
+        shape = [data.shape[k] if d == 0 else d for k, d in enumerate(shape)]
+    return [data.reshape(shape)]
+
+
+def _transpose(node, x):
+    data = x[0]
+    perm = node.get("perm") or list(reversed(range(data.dim())))
+    return [data.permute(*perm)]
+
+
+def _split(node, x):
+    data = x[0]
+    axis = node.get("axis", 0) % data.dim()
+    sizes = _axis_argument(node, x, 1, "split")
+    if sizes is None:
+        parts = len(node.proto.output)
+        size = -(-data.shape[axis] // parts)
+        sizes = [size] * (parts - 1) + [data.shape[axis] - size * (parts - 1)]
+    return list(torch.split(data, sizes, dim=axis))
+
+
+def _slice(node, x):
+    data = x[0]
+    if node.opset < 10:
+        starts, ends = list(node.get("starts")), list(node.get("ends"))
+        axes, steps = node.get("axes"), None
+    else:
+        starts, ends = _ints(x[1]), _ints(x[2])
+        axes = _ints(x[3]) if len(x) > 3 and x[3] is not None else None
+        steps = _ints(x[4]) if len(x) > 4 and x[4] is not None else None
+    axes = list(axes) if axes is not None else list(range(len(starts)))
+    steps = steps or [1] * len(starts)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis %= data.dim()
+        kept = range(data.shape[axis])[slice(start, end, step)]
+        if step > 0:
+            data = data.narrow(axis, kept.start, len(kept))
+            if step > 1:
+                data = data.index_select(
+                    axis, torch.arange(0, data.shape[axis], step, device=data.device)
+                )
+        else:
+            index = torch.tensor(list(kept), dtype=torch.long, device=data.device)
+            data = data.index_select(axis, index)
+    return [data]
+
+
+def _squeeze(node, x):
+    data = x[0]
+    axes = _axis_argument(node, x, 1)
+    if axes is None:
+        axes = [k for k, d in enumerate(data.shape) if d == 1]
+    for axis in sorted((a % data.dim() for a in axes), reverse=True):
+        data = data.squeeze(axis)
+    return [data]
+
+
+def _unsqueeze(node, x):
+    data = x[0]
+    axes = _axis_argument(node, x, 1)
+    rank = data.dim() + len(axes)
+    for axis in sorted(a % rank for a in axes):
+        data = data.unsqueeze(axis)
+    return [data]
+
+
+def _reduce(function) -> _Op:
+    def op(node, x):
+        data = x[0]
+        # ReduceSum takes its axes as an input from opset 13, the others from opset 18
+        axes = _axis_argument(node, x, 1)
+        keep = bool(node.get("keepdims", 1))
+        if not axes:
+            if node.get("noop_with_empty_axes", 0):
+                return [data]
+            axes = list(range(data.dim()))
+        return [function(data, dim=[a % data.dim() for a in axes], keepdim=keep)]
+
+    return op
+
+
+def _shape(node, x):
+    shape = list(x[0].shape)
+    start, end = node.get("start", 0), node.get("end", len(shape))
+    return [torch.tensor(shape[start:end], dtype=torch.int64, device=x[0].device)]
+
+
+def _constant(node, x):
+    for name, dtype in (("value_float", np.float32), ("value_int", np.int64)):
+        if name in node.attributes:
+            return [torch.from_numpy(np.array(node.get(name), dtype))]
+    for name, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
+        if name in node.attributes:
+            return [torch.from_numpy(np.array(list(node.get(name)), dtype))]
+    return [torch.from_numpy(np.array(numpy_helper.to_array(node.get("value"))))]
+
+
+def _constant_of_shape(node, x):
+    value = node.get("value")
+    array = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
+    filled = torch.from_numpy(np.array(array)).reshape(()).to(x[0].device)
+    return [filled.expand(_ints(x[0])).clone()]
+
+
+def _cast(node, x):
+    to = node.get("to")
+    if to not in _DTYPES:
+        raise OrtBenchError(f"torch runs no Cast to type {to} (node {node.proto.name!r})")
+    return [x[0].to(_DTYPES[to])]
+
+
+def _expand(node, x):
+    shape = torch.broadcast_shapes(tuple(x[0].shape), tuple(_ints(x[1])))
+    return [x[0].expand(shape)]
+
+
+def _dropout(node, x):
+    if len(x) > 2 and x[2] is not None and bool(x[2]):
+        raise OrtBenchError(
+            f"torch runs Dropout for inference only (node {node.proto.name!r} trains)"
+        )
+    return [x[0], torch.ones_like(x[0], dtype=torch.bool)]
+
+
+def _clip(node, x):
+    low = x[1] if len(x) > 1 and x[1] is not None else node.get("min")
+    high = x[2] if len(x) > 2 and x[2] is not None else node.get("max")
+    return [torch.clamp(x[0], low, high)]
+
+
+def _arg_max(node, x):
+    axis = node.get("axis", 0)
+    return [torch.argmax(x[0], dim=axis, keepdim=bool(node.get("keepdims", 1)))]
+
+
+def _pow(node, x):
+    base, exponent = x
+    return [torch.pow(base, exponent.to(base.dtype) if base.is_floating_point() else exponent)]
+
+
+def _variadic(function) -> _Op:
+    def op(node, x):
+        out = x[0]
+        for other in x[1:]:
+            out = function(out, other)
+        return [out]
+
+    return op
+
+
+def _gelu(node, x):
+    return [F.gelu(x[0], approximate=node.get("approximate", "none"))]
+
+
+#: The ONNX operators (default domain) the runner executes.
+OPS: dict[str, _Op] = {
+    "Abs": _unary(torch.abs),
+    "Add": _binary(torch.add),
+    "ArgMax": _arg_max,
+    "AveragePool": _average_pool,
+    "BatchNormalization": _batch_norm,
+    "Cast": _cast,
+    "Clip": _clip,
+    "Concat": lambda node, x: [torch.cat(x, dim=node.get("axis"))],
+    "Constant": _constant,
+    "ConstantOfShape": _constant_of_shape,
+    "Conv": _conv,
+    "Div": _div,
+    "Dropout": _dropout,
+    "Equal": _binary(torch.eq),
+    "Erf": _unary(torch.erf),
+    "Exp": _unary(torch.exp),
+    "Expand": _expand,
+    "Flatten": _flatten,
+    "Gather": _gather,
+    "Gelu": _gelu,
+    "Gemm": _gemm,
+    "GlobalAveragePool": lambda node, x: [x[0].mean(dim=list(range(2, x[0].dim())), keepdim=True)],
+    "Greater": _binary(torch.gt),
+    "Identity": lambda node, x: [x[0]],
+    "LayerNormalization": _layer_norm,
+    "LeakyRelu": lambda node, x: [F.leaky_relu(x[0], node.get("alpha", 0.01))],
+    "Less": _binary(torch.lt),
+    "Log": _unary(torch.log),
+    "LogSoftmax": _softmax(torch.log_softmax),
+    "MatMul": _binary(torch.matmul),
+    "Max": _variadic(torch.maximum),
+    "MaxPool": _max_pool,
+    "Min": _variadic(torch.minimum),
+    "Mod": lambda node, x: [(torch.fmod if node.get("fmod", 0) else torch.remainder)(*x)],
+    "Mul": _binary(torch.mul),
+    "Neg": _unary(torch.neg),
+    "Not": _unary(torch.logical_not),
+    "Pow": _pow,
+    "Reciprocal": _unary(torch.reciprocal),
+    "ReduceMean": _reduce(torch.mean),
+    "ReduceSum": _reduce(torch.sum),
+    "Relu": _unary(torch.relu),
+    "Reshape": _reshape,
+    "Shape": _shape,
+    "Sigmoid": _unary(torch.sigmoid),
+    "Slice": _slice,
+    "Softmax": _softmax(torch.softmax),
+    "Split": _split,
+    "Sqrt": _unary(torch.sqrt),
+    "Squeeze": _squeeze,
+    "Sub": _binary(torch.sub),
+    "Sum": _variadic(torch.add),
+    "Tanh": _unary(torch.tanh),
+    "Transpose": _transpose,
+    "Unsqueeze": _unsqueeze,
+    "Where": lambda node, x: [torch.where(x[0], x[1], x[2])],
+}
+
+
+def _needed_nodes(graph: onnx.GraphProto, outputs: Sequence[str]) -> list[onnx.NodeProto]:
+    """The nodes the outputs are computed from, in graph order."""
+    producers = {o: n for n in graph.node for o in n.output}
+    needed, stack = set(), list(outputs)
+    while stack:
+        node = producers.get(stack.pop())
+        if node is not None and id(node) not in needed:
+            needed.add(id(node))
+            stack.extend(node.input)
+    return [n for n in graph.node if id(n) in needed]
+
+
+def unsupported(model: onnx.ModelProto, outputs: Sequence[str]) -> str | None:
+    """Why torch cannot run the nodes the outputs need, or None when it can.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The graph.
+    outputs : sequence of str
+        The tensors to compute.
+
+    Returns
+    -------
+    str or None
+        ``torch runs no ONNX operator <op> (node <name>)`` for the first node it cannot run.
+    """
+    for node in _needed_nodes(model.graph, outputs):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:
+            domain = f"{node.domain}." if node.domain else ""
+            return f"torch runs no ONNX operator {domain}{node.op_type} (node {node.name!r})"
+    return None
+
+
+class TorchGraph(torch.nn.Module):
+    """An ONNX graph as a torch module: its nodes run as torch operations.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The graph to run.
+    outputs : sequence of str
+        The tensors ``forward`` returns, in order.
+    trained : sequence of str
+        The initializers that become parameters (``parameter(name)``); the others are
+        constants.
+    device : str
+        The torch device of the parameters and constants.
+
+    Raises
+    ------
+    OrtBenchError
+        When a node the outputs need is not an operator the runner executes.
+    """
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        outputs: Sequence[str],
+        trained: Sequence[str] = (),
+        device: str = "cpu",
+    ):
+        super().__init__()
+        reason = unsupported(model, outputs)
+        if reason:
+            raise OrtBenchError(reason)
+        graph = model.graph
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.outputs = list(outputs)
+        nodes = [_Node(n, opset) for n in _needed_nodes(graph, outputs)]
+        values = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        for node in nodes:  # constants are computed once, on the device
+            if node.proto.op_type == "Constant":
+                values[node.proto.output[0]] = _constant(node, [])[0].numpy()
+        self._nodes = [n for n in nodes if n.proto.op_type != "Constant"]
+        self._trained = {name: k for k, name in enumerate(trained)}
+        self.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.from_numpy(np.array(values[name])).to(device))
+            for name in trained
+        )
+        # every value a forward pass starts from, by name, made once
+        self._values = {
+            name: torch.from_numpy(np.array(value)).to(device)
+            for name, value in values.items()
+            if name not in self._trained
+        }
+        self._values.update((name, self.weights[k]) for name, k in self._trained.items())
+        initializers = set(values)
+        self.input_names = [i.name for i in graph.input if i.name not in initializers]
+
+    def parameter(self, name: str) -> torch.nn.Parameter:
+        """The parameter holding initializer ``name``."""
+        return self.weights[self._trained[name]]
+
+    def forward(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        """The graph's outputs for its data inputs, given in the graph's order."""
+        env = dict(self._values)
+        env.update(zip(self.input_names, inputs))
+        for node in self._nodes:
+            arguments = [env[name] if name else None for name in node.proto.input]
+            results = OPS[node.proto.op_type](node, arguments)
+            for name, value in zip(node.proto.output, results):
+                if name:
+                    env[name] = value
+        return [env[name] for name in self.outputs]

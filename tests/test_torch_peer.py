@@ -1,0 +1,61 @@
+"""torch as the peer of any model: the torch contenders train the user's own network."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from sklearn.datasets import load_digits
+
+torch = pytest.importorskip("torch")
+from torch_modules import export, network  # noqa: E402
+
+from ortbench.bench.contenders import make_contender  # noqa: E402
+from ortbench.bench.user_model import UserFiles, load_user_problem  # noqa: E402
+
+
+def digits_files(folder, module_name: str, classes: int, batch: int | None = None):
+    """An exported network and 3-class digits data, as a user brings them."""
+    X, y = load_digits(return_X_y=True)
+    X, y = (X[:400] / 16).astype(np.float32), y[:400] % classes
+    onnx.save(export(network(module_name), 64, batch=batch), folder / "net.onnx")
+    np.savez(folder / "digits.npz", X=X, y=y)
+    return UserFiles(str(folder / "net.onnx"), (str(folder / "digits.npz"),), loss="log")
+
+
+def torch_sgd_losses(module, problem, epochs: int, batch: int, momentum: float = 0.0):
+    """The torch module itself trained by SGD on the problem's batches, in order: the loss
+    of each epoch (mean over rows of each batch's loss before its update)."""
+    X = torch.from_numpy(np.array(problem.data.X_train))
+    y = torch.from_numpy(np.searchsorted(problem.classes, problem.data.y_train))
+    optimizer = torch.optim.SGD(
+        module.parameters(), lr=problem.eta0, momentum=momentum, nesterov=momentum > 0
+    )
+    curve = []
+    for _ in range(epochs):
+        total = 0.0
+        for start in range(0, len(X), batch):
+            rows = slice(start, start + batch)
+            optimizer.zero_grad()
+            p = module(X[rows]).clamp(np.finfo(np.float32).eps, 1 - np.finfo(np.float32).eps)
+            loss = -torch.log(p[torch.arange(len(p)), y[rows]]).mean()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(p)
+        curve.append(total / len(X))
+    return curve
+
+
+@pytest.mark.parametrize(
+    ("name", "momentum", "exported", "batch"),
+    [("torch-sgd", 0.0, None, 16), ("torch-nesterov", 0.9, None, 16), ("torch-sgd", 0.0, 16, 10)],
+)
+def test_torch_trains_the_exported_cnn_as_torch_itself_does(
+    tmp_path, name, momentum, exported, batch
+):
+    """With a dynamic batch axis, and exported for 16 rows (trained 10 at a time)."""
+    problem = load_user_problem(digits_files(tmp_path, "images", 3, exported))
+    contender = make_contender(name, problem, batch, shuffle=False).fit(2)
+    expected = torch_sgd_losses(network("images").train(), problem, 2, batch, momentum)
+    np.testing.assert_allclose(contender.loss_curve_, expected, rtol=1e-5)
+    assert contender.loss_curve_[-1] < contender.loss_curve_[0]

@@ -1,0 +1,148 @@
+"""Small torch networks of the modules users bring, and their ONNX exports (tests only).
+
+Every network reads a (rows, features) matrix, as ortbench feeds it, and reshapes it
+itself where its layers need images or tokens.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import onnx
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Images(nn.Module):
+    """Two conv layers (stride, padding, dilation, groups) with max, average and global
+    average pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 8, 3, stride=1, padding=(1, 2), dilation=(1, 2), groups=2)
+        self.conv3 = nn.Conv2d(8, 6, 2, stride=2)
+        self.out = nn.Linear(6 + 8 * 2 * 2, 3)
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.relu(self.conv1(x.reshape(-1, 1, 8, 8))), 2)
+        x = F.avg_pool2d(torch.relu(self.conv2(x)), 2)
+        pooled = F.adaptive_avg_pool2d(self.conv3(x), 1).flatten(1)
+        return torch.softmax(self.out(torch.cat([pooled, x.flatten(1)], 1)), 1)
+
+
+class Signal(nn.Module):
+    """Conv1d with a sigmoid and a dropout exported for inference."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 3, 3, padding=1, stride=2)
+        self.drop = nn.Dropout(0.3)
+        self.out = nn.Linear(3 * 3, 2)
+
+    def forward(self, x):
+        return self.out(self.drop(torch.sigmoid(self.conv(x.reshape(-1, 2, 6)))).flatten(1))
+
+
+class Normalized(nn.Module):
+    """Linear, LayerNorm, BatchNorm (frozen statistics), GELU in both forms, LeakyReLU, Tanh."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(6, 8)
+        self.layer_norm = nn.LayerNorm(8)
+        self.batch_norm = nn.BatchNorm1d(8)
+        self.second = nn.Linear(8, 8)
+        self.out = nn.Linear(16, 2)
+
+    def forward(self, x):
+        h = F.gelu(self.layer_norm(self.first(x)))
+        g = F.gelu(self.batch_norm(self.second(h)), approximate="tanh")
+        return torch.log_softmax(self.out(torch.cat([F.leaky_relu(h, 0.1), torch.tanh(g)], 1)), 1)
+
+
+class Shapes(nn.Module):
+    """Embedding (Gather), Split, Slice, Squeeze/Unsqueeze, Transpose, reductions, Where,
+    Pow, Sqrt, Div."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(5, 3)
+        self.linear = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.linear(x)
+        a, b = h.split([2, 4], 1)
+        c = torch.cat([b[:, 1:3].unsqueeze(2).squeeze(2), a.pow(2), torch.sqrt(a * a + 1) / 2], 1)
+        c = torch.where(c > 0, c, 0.1 * c) + c.mean(1, keepdim=True) - c.sum(1, keepdim=True) / 7
+        tokens = (x[:, :2].abs() * 3).long() % 5
+        e = self.embedding(tokens).transpose(1, 2).flatten(1)
+        return torch.cat([c, e], 1)
+
+
+class Attention(nn.Module):
+    """One encoder block on the rows of an 8x8 image: multi-head attention, residual adds,
+    LayerNorm, GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.norm1 = nn.LayerNorm(8)
+        self.norm2 = nn.LayerNorm(8)
+        self.up = nn.Linear(8, 16)
+        self.down = nn.Linear(16, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        t = x.reshape(-1, 8, 8)
+        t = self.norm1(t + self.attention(t, t, t, need_weights=False)[0])
+        t = self.norm2(t + self.down(F.gelu(self.up(t))))
+        return self.out(t.mean(1))
+
+
+#: name -> (network class, input features)
+NETWORKS = {
+    "images": (Images, 64),
+    "signal": (Signal, 12),
+    "normalized": (Normalized, 6),
+    "shapes": (Shapes, 6),
+    "attention": (Attention, 64),
+}
+
+
+def network(name: str, seed: int = 0) -> nn.Module:
+    """Network ``name`` in eval mode, every parameter and buffer drawn at random: the
+    exporter shares equal initial tensors (a zero bias, a zero running mean), and random
+    values keep each parameter its own initializer."""
+    torch.manual_seed(seed)
+    module = NETWORKS[name][0]().eval()
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            if tensor.is_floating_point():
+                tensor.copy_(
+                    torch.rand_like(tensor) * 0.8 + 0.2
+                    if tensor.dim() == 1
+                    else torch.randn_like(tensor) * 0.4
+                )
+    return module
+
+
+def export(module: nn.Module, features: int, opset: int = 17, batch: int | None = None):
+    """The TorchScript exporter's ONNX model; a dynamic batch axis unless ``batch`` fixes it."""
+    buffer = io.BytesIO()
+    axes = None if batch else {"X": {0: "n"}, "Y": {0: "n"}}
+    with warnings.catch_warnings():  # the exporter's deprecation and tracer warnings
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            (torch.zeros(batch or 4, features),),
+            buffer,
+            opset_version=opset,
+            dynamo=False,
+            input_names=["X"],
+            output_names=["Y"],
+            dynamic_axes=axes,
+        )
+    return onnx.load_from_string(buffer.getvalue())
