@@ -7,6 +7,7 @@ from ortbench.bench.contenders import CONTENDERS, Contender, Unavailable, make_c
 from ortbench.bench.contenders.ort import OrtContender
 from ortbench.bench.machine import available_devices
 from ortbench.bench.problems import default_datasets, make_problem, sized_problems
+from ortbench.training import OrtBenchError
 
 CONTENDER_NAMES = list(CONTENDERS)
 #: The contenders that train with ortbench's engine (they run onnxruntime sessions).
@@ -52,5 +53,5 @@ def contender(name: str, problem: str, batch_size: int, device: str) -> Contende
     try:
         dataset = default_datasets((problem,)) or ()
         return make_contender(name, make_problem(problem, *dataset), batch_size, device)
-    except Unavailable as e:
+    except (Unavailable, OrtBenchError) as e:  # one line naming the reason, asv skips the cell
         raise NotImplementedError(str(e)) from None

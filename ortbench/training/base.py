@@ -32,6 +32,7 @@ from .graph_tools import (
     classifier_output,
     data_input,
     drop_noop_reshapes,
+    fit_runtime,
     get_initializers,
     rewrite_linear_nodes,
     select_outputs,
@@ -621,10 +622,12 @@ class BaseTrainer(BaseEstimator):
             loss = self.learning_loss_.build_onnx_function()
             self._val_sessions = (
                 onnxruntime.InferenceSession(
-                    forward.SerializeToString(), options, providers=providers(self.device)
+                    fit_runtime(forward).SerializeToString(),
+                    options,
+                    providers=providers(self.device),
                 ),
                 onnxruntime.InferenceSession(
-                    loss.SerializeToString(), options, providers=providers(self.device)
+                    fit_runtime(loss).SerializeToString(), options, providers=providers(self.device)
                 ),
             )
         forward, loss = self._val_sessions
@@ -659,7 +662,7 @@ class BaseTrainer(BaseEstimator):
         if getattr(self, "_samples_session", None) is None:
             model = self.learning_loss_.build_samples_function()
             self._samples_session = onnxruntime.InferenceSession(
-                model.SerializeToString(), providers=providers(self.device)
+                fit_runtime(model).SerializeToString(), providers=providers(self.device)
             )
         predicted = self._predictions(X)[self.output_name_]
         feeds = {"expected": Y, "predicted": predicted.reshape(Y.shape)}
@@ -720,7 +723,7 @@ class BaseTrainer(BaseEstimator):
                         onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
                     )
             self._predictor = onnxruntime.InferenceSession(
-                model.SerializeToString(), providers=providers(self.device)
+                fit_runtime(model).SerializeToString(), providers=providers(self.device)
             )
             self._predicted_names = [
                 o.name for o in self._predictor.get_outputs() if o.type.startswith("tensor")

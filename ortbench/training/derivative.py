@@ -18,6 +18,7 @@ from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import (
     check_weight_names,
+    fit_runtime,
     rewrite_linear_nodes,
     trainable_initializers,
     weights_as_inputs,
@@ -179,7 +180,7 @@ def onnx_derivative(
     quiet_logs()
     try:
         builder = capi.GradientGraphBuilder(
-            model.SerializeToString(),
+            fit_runtime(model).SerializeToString(),
             {total},
             set(inputs) | set(weights),
             total,
@@ -244,7 +245,7 @@ def build_training_graph(
     quiet_logs()
     builder = capi.OrtModuleGraphBuilder()
     try:
-        builder.initialize(model.SerializeToString(), config)
+        builder.initialize(fit_runtime(model).SerializeToString(), config)
         builder.build(capi.TrainingGraphTransformerConfiguration())
     except RuntimeError as e:
         raise gradient_builder_error(e, model) from None
@@ -253,7 +254,7 @@ def build_training_graph(
     mask_relu_gradients(gradient_model)
     feeds = [i.name for i in gradient_model.graph.input]
     return TrainingGraph(
-        model=gradient_model.SerializeToString(),
+        model=fit_runtime(gradient_model).SerializeToString(),
         feed_names=feeds,
         n_forward_outputs=len(info.user_output_names) + len(info.frontier_node_arg_map),
         grad_names=list(info.initializer_grad_names_to_train),

@@ -21,7 +21,7 @@ from . import capi
 from .data import Batch, BatchLoader
 from .errors import OrtBenchError
 from .graph_builder import GraphBuilder
-from .graph_tools import get_initializers, weights_as_inputs
+from .graph_tools import fit_runtime, get_initializers, weights_as_inputs
 from .learning_rates import BaseLearningRate, LearningRateAdamW
 from .portable import vjp_graph
 from .runtime import SessionMaker, cpu_scalar
@@ -132,7 +132,7 @@ class FusedSteps(DoubleBufferedSteps):
         self._buffers = WeightBuffers(initial, rate.n_states, sessions.ort_device, set())
         model = fused_step_graph(with_loss, self._buffers.groups, rate, loss_name)
         self.graphs = {"fused_step": model}
-        self._session = sessions.session(model.SerializeToString(), "fused_step")
+        self._session = sessions.session(fit_runtime(model).SerializeToString(), "fused_step")
         self._loss_name = loss_name
         self._step_scale = np.zeros((), dtype=np.float32)
         self._loss_out = np.zeros((), dtype=np.float32)

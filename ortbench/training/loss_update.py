@@ -24,7 +24,7 @@ import onnx
 
 from . import capi
 from .data import Batch, BatchLoader
-from .graph_tools import get_initializers
+from .graph_tools import fit_runtime, get_initializers
 from .learning_rates import BaseLearningRate
 from .losses import BaseLearningLoss
 from .penalties import BaseLearningPenalty
@@ -78,7 +78,7 @@ class LossUpdateSteps(DoubleBufferedSteps):
         self._buffers = buffers
         loss_model = loss.build_onnx_function()
         self._loss_session = sessions.session(
-            loss_model.SerializeToString(), "loss", one_thread=True
+            fit_runtime(loss_model).SerializeToString(), "loss", one_thread=True
         )
         stacked = buffers.on_cpu and buffers.has_state and not penalty.is_active()
         if stacked:
@@ -88,7 +88,9 @@ class LossUpdateSteps(DoubleBufferedSteps):
             update_model = rate.build_onnx_function(
                 buffers.group_shapes, penalty, buffers.penalty_masks
             )
-        update = sessions.session(update_model.SerializeToString(), "update", one_thread=True)
+        update = sessions.session(
+            fit_runtime(update_model).SerializeToString(), "update", one_thread=True
+        )
         self.graphs = {**graphs, "loss": loss_model, "update": update_model}
         self._rate = rate
         self._step_scale = np.zeros((), dtype=np.float32)

@@ -22,6 +22,7 @@ from onnx import numpy_helper
 from . import capi
 from .data import Batch, BatchLoader
 from .errors import OrtBenchError
+from .graph_tools import fit_runtime
 from .learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from .ort_preparation import gradient_builder_error, prepare_for_gradient_builder
 from .relu_gradient import mask_relu_gradients
@@ -102,6 +103,9 @@ class OnDeviceSteps:
                     )
             except RuntimeError as e:
                 raise gradient_builder_error(e, with_loss) from None
+            for name in ("training_model", "eval_model", "optimizer_model"):
+                path = os.path.join(folder, f"{name}.onnx")
+                onnx.save(fit_runtime(onnx.load(path)), path)
             training_path = os.path.join(folder, "training_model.onnx")
             always_overwrite_gradients(training_path)
             training = onnx.load(training_path)

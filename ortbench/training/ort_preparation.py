@@ -33,7 +33,7 @@ from onnx import helper
 from . import capi
 from .errors import NoGradientError, OrtBenchError
 from .graph_builder import GraphBuilder
-from .graph_tools import FLOAT_TYPES, inferred_shapes, node_attributes
+from .graph_tools import FLOAT_TYPES, fit_runtime, inferred_shapes, node_attributes
 from .runtime import first_line, session_options
 
 _REWRITTEN = ("LayerNormalization", "BatchNormalization", "Dropout", "MaxPool", "AveragePool")
@@ -262,7 +262,11 @@ def _builds_alone(node, floats_in, floats_out, shapes, types, constants, model) 
     alone.ir_version = model.ir_version
     try:
         capi.GradientGraphBuilder(
-            alone.SerializeToString(), {total}, set(floats_in), total, session_options()
+            fit_runtime(alone).SerializeToString(),
+            {total},
+            set(floats_in),
+            total,
+            session_options(),
         ).build()
     except RuntimeError:
         return False

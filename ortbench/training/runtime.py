@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 
+import onnx
 import onnxruntime
 from onnx import TensorProto, helper
 
@@ -104,8 +105,13 @@ def check_device(device: str, backend: str = "ort-training") -> None:
         )
 
 
-def identity_graph() -> bytes:
+def identity_graph(ir_version: int = MAX_IR_VERSION) -> bytes:
     """A one-node graph: input ``X`` (float, shape [1]), output ``Y = Identity(X)``.
+
+    Parameters
+    ----------
+    ir_version : int
+        The IR version the model declares.
 
     Returns
     -------
@@ -119,9 +125,32 @@ def identity_graph() -> bytes:
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])],
     )
     opsets = [helper.make_opsetid("", MAX_OPSET)]
-    return helper.make_model(
-        graph, opset_imports=opsets, ir_version=MAX_IR_VERSION
-    ).SerializeToString()
+    return helper.make_model(graph, opset_imports=opsets, ir_version=ir_version).SerializeToString()
+
+
+@cache
+def max_ir_version() -> int:
+    """The highest ONNX IR version the installed onnxruntime loads, found by trying.
+
+    The newest onnx writes a newer IR version than onnxruntime-training 1.19.2 reads (10);
+    one small session per version, newest first, once per process, tells.
+
+    Returns
+    -------
+    int
+        The IR version, at most the installed onnx's own ``onnx.IR_VERSION``.
+    """
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # a refused version logs its error otherwise
+    for version in range(onnx.IR_VERSION, MAX_IR_VERSION, -1):
+        try:
+            onnxruntime.InferenceSession(
+                identity_graph(version), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception:  # the runtime raises its own Fail type for a newer IR version
+            continue
+        return version
+    return MAX_IR_VERSION
 
 
 @cache

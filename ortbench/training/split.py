@@ -16,7 +16,7 @@ import onnx
 
 from . import capi
 from .data import Batch
-from .graph_tools import weights_as_inputs
+from .graph_tools import fit_runtime, weights_as_inputs
 from .loss_update import LossUpdateSteps
 from .portable import split_forward_backward
 from .runtime import SessionMaker
@@ -50,7 +50,7 @@ class SplitSteps(LossUpdateSteps):
         )
         graphs = {"forward": forward, "backward": backward}
         self._forward, self._backward = (
-            sessions.session(m.SerializeToString(), name) for name, m in graphs.items()
+            sessions.session(fit_runtime(m).SerializeToString(), name) for name, m in graphs.items()
         )
         self._stash_names = [n for n in stash if n != self._output_name]
         self._backward_inputs = {i.name for i in backward.graph.input}
