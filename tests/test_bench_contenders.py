@@ -20,6 +20,7 @@ from ortbench.bench.problems import make_problem
 from ortbench.training import capi
 
 TORCH = importlib.util.find_spec("torch") is not None
+JAX = importlib.util.find_spec("jax") is not None
 #: (problem, data set, batch size): batch 1 on the linear problem lets sklearn-sgd run
 CASES = [
     ("linear", "diabetes", 1),
@@ -51,6 +52,8 @@ def numpy_output(problem, X) -> np.ndarray:
 def expected_unavailable(name: str, problem, batch_size: int) -> str | None:
     if name.startswith("torch") and not TORCH:
         return "torch is not installed"
+    if name.startswith("jax") and not JAX:
+        return "needs jax"
     if name == "sklearn-sgd" and not problem.is_linear:
         return "linear"
     return None
