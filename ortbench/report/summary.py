@@ -68,6 +68,22 @@ def _group_table(rows: pd.DataFrame) -> list[str]:
     return lines
 
 
+def kernel_lines(results: pd.DataFrame) -> list[str]:
+    """The BLAS/OpenMP libraries the run loaded (its last row's: every contender's library
+    loaded by then), and one line naming each variable that held a library's kernels below
+    the CPU's, when one did; nothing for results written before these columns."""
+    last = results.iloc[-1]
+    lines = []
+    if isinstance(last.get("kernels"), str) and last["kernels"]:
+        lines.append(f"Kernels (threadpoolctl): {last['kernels']}.")
+    if isinstance(last.get("kernel_pins"), str) and last["kernel_pins"]:
+        lines.append(
+            f"Not the native kernels: {last['kernel_pins']} pins them (docs/benchmarks.md "
+            "says how to time the native ones)."
+        )
+    return lines
+
+
 def summary_markdown(results: pd.DataFrame) -> str:
     """The markdown summary of a results table."""
     if results.empty:
@@ -92,6 +108,7 @@ def summary_markdown(results: pd.DataFrame) -> str:
         f"({first.platform}). Python {first.python_version}, onnxruntime "
         f"{first.onnxruntime_version}, scikit-learn {first.sklearn_version}, numpy "
         f"{first.numpy_version}, torch {first.torch_version}.",
+        *kernel_lines(results),
     ]
     ok = results[results.status == "ok"]
     if "trained_values" in ok:
