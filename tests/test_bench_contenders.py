@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import mmap
 import subprocess
 import sys
 
@@ -214,23 +215,31 @@ def test_engine_steps_cost_what_the_engine_documents(name, runs):
 
 
 class Hoarder:
-    """Fits that keep ``mb_per_epoch`` MB per epoch (touched, so resident), or free it."""
+    """Fits that keep ``mb_per_epoch`` MB per epoch (touched, so resident), or free it.
+
+    Each block is its own anonymous mapping: new pages, returned to the kernel when freed,
+    whatever memory the allocator kept from earlier tests (which would serve a freed
+    block again without raising the high-water mark)."""
 
     def __init__(self, mb_per_epoch: int, keep: bool):
-        self.size = mb_per_epoch * 2**20 // 8
+        self.size = mb_per_epoch * 2**20
         self.keep = keep
-        self.kept: list[np.ndarray] = []
+        self.kept: list[mmap.mmap] = []
 
     def fit(self, epochs: int) -> Hoarder:
+        for block in self.kept:
+            block.close()
         self.kept = []
         return self.continue_fit(epochs)
 
     def continue_fit(self, epochs: int) -> Hoarder:
         for _ in range(epochs):
-            block = np.ones(self.size)
+            block = mmap.mmap(-1, self.size)
+            np.frombuffer(block, dtype=np.uint8)[:] = 1
             if self.keep:
                 self.kept.append(block)
-            del block  # freed before the next epoch's
+            else:
+                block.close()  # unmapped before the next epoch's
         return self
 
 
