@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import mmap
 import subprocess
 import sys
 
@@ -20,6 +21,7 @@ from ortbench.bench.problems import make_problem
 from ortbench.training import capi
 
 TORCH = importlib.util.find_spec("torch") is not None
+JAX = importlib.util.find_spec("jax") is not None
 #: (problem, data set, batch size): batch 1 on the linear problem lets sklearn-sgd run
 CASES = [
     ("linear", "diabetes", 1),
@@ -51,6 +53,8 @@ def numpy_output(problem, X) -> np.ndarray:
 def expected_unavailable(name: str, problem, batch_size: int) -> str | None:
     if name.startswith("torch") and not TORCH:
         return "torch is not installed"
+    if name.startswith("jax") and not JAX:
+        return "needs jax"
     if name == "sklearn-sgd" and not problem.is_linear:
         return "linear"
     return None
@@ -211,23 +215,31 @@ def test_engine_steps_cost_what_the_engine_documents(name, runs):
 
 
 class Hoarder:
-    """Fits that keep ``mb_per_epoch`` MB per epoch (touched, so resident), or free it."""
+    """Fits that keep ``mb_per_epoch`` MB per epoch (touched, so resident), or free it.
+
+    Each block is its own anonymous mapping: new pages, returned to the kernel when freed,
+    whatever memory the allocator kept from earlier tests (which would serve a freed
+    block again without raising the high-water mark)."""
 
     def __init__(self, mb_per_epoch: int, keep: bool):
-        self.size = mb_per_epoch * 2**20 // 8
+        self.size = mb_per_epoch * 2**20
         self.keep = keep
-        self.kept: list[np.ndarray] = []
+        self.kept: list[mmap.mmap] = []
 
     def fit(self, epochs: int) -> Hoarder:
+        for block in self.kept:
+            block.close()
         self.kept = []
         return self.continue_fit(epochs)
 
     def continue_fit(self, epochs: int) -> Hoarder:
         for _ in range(epochs):
-            block = np.ones(self.size)
+            block = mmap.mmap(-1, self.size)
+            np.frombuffer(block, dtype=np.uint8)[:] = 1
             if self.keep:
                 self.kept.append(block)
-            del block  # freed before the next epoch's
+            else:
+                block.close()  # unmapped before the next epoch's
         return self
 
 

@@ -6,7 +6,9 @@ import importlib.metadata
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 
 import numpy
 import onnx
@@ -14,6 +16,7 @@ import onnxruntime
 import skl2onnx
 import sklearn
 from onnx import TensorProto, helper
+from threadpoolctl import threadpool_info
 
 import ortbench
 
@@ -36,7 +39,140 @@ def versions() -> dict[str, str]:
         "onnxruntime_version": onnxruntime.__version__,
         "skl2onnx_version": skl2onnx.__version__,
         "torch_version": _installed("torch"),
+        "jax_version": _installed("jax"),
     }
+
+
+def _owner(filepath: str) -> str:
+    """The installed package a shared library came with: the folder under site-packages
+    (``numpy.libs`` -> numpy), else the library's file name."""
+    parts = Path(filepath).parts
+    for k, part in enumerate(parts[:-1]):
+        if part in ("site-packages", "dist-packages"):
+            return parts[k + 1].removesuffix(".libs").removeprefix(".")
+    return parts[-1] if parts else "?"
+
+
+def kernels() -> str:
+    """The BLAS and OpenMP libraries loaded in this process, as threadpoolctl sees them.
+
+    Returns
+    -------
+    str
+        One entry per library, ``; ``-separated: implementation and version, kernel
+        architecture (OpenBLAS, BLIS), thread count and the package it came with, e.g.
+        ``openblas 0.3.30 SkylakeX 2 threads (numpy)``; ``""`` when none is loaded.
+        onnxruntime's MLAS and XLA's kernels keep their own thread pools and are not listed.
+    """
+    entries = []
+    for lib in threadpool_info():
+        words = [lib.get("internal_api") or lib.get("user_api", "?")]
+        if words[0] == "openmp":
+            words.append(lib.get("prefix", ""))
+        if lib.get("version"):
+            words.append(str(lib["version"]))
+        if lib.get("architecture"):
+            words.append(str(lib["architecture"]))
+        words.append(f"{lib.get('num_threads')} threads ({_owner(lib.get('filepath', ''))})")
+        entries.append(" ".join(words))
+    return "; ".join(entries)
+
+
+#: Instruction-set levels of the pins below: 0 SSE, 1 AVX, 2 AVX2, 3 AVX-512.
+_LEVELS = ("SSE", "AVX", "AVX2", "AVX-512")
+#: OpenBLAS core types by level (names as OPENBLAS_CORETYPE takes them, lower case); any
+#: other x86 core type is an SSE one.
+_OPENBLAS_CORES = {
+    "sandybridge": 1,
+    "bulldozer": 1,
+    "piledriver": 1,
+    "steamroller": 1,
+    "haswell": 2,
+    "zen": 2,
+    "excavator": 2,
+    "skylakex": 3,
+    "cooperlake": 3,
+    "sapphirerapids": 3,
+}
+
+
+def _pin_level(variable: str, value: str) -> int | None:
+    """The instruction-set level a kernel-pinning variable holds its library to (None:
+    not a level this table knows)."""
+    value = value.strip().lower()
+    if variable == "OPENBLAS_CORETYPE":
+        return _OPENBLAS_CORES.get(value, 0)
+    if variable in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        value = value.replace("_", "")
+    if value.startswith("avx512"):
+        return 3
+    if value.startswith("avx2"):
+        return 2
+    if value.startswith("avx"):
+        return 1
+    if value.startswith(("sse", "default")):
+        return 0
+    return None
+
+
+#: Environment variables that hold a library's kernels to an instruction set.
+PIN_VARIABLES = (
+    "OPENBLAS_CORETYPE",  # OpenBLAS (numpy, scipy, scikit-learn)
+    "MKL_ENABLE_INSTRUCTIONS",  # MKL
+    "ONEDNN_MAX_CPU_ISA",  # oneDNN (torch)
+    "DNNL_MAX_CPU_ISA",
+    "ATEN_CPU_CAPABILITY",  # torch's own kernels
+)
+
+
+def cpu_level(flags: set[str] | None = None) -> int | None:
+    """The highest instruction-set level of :data:`_LEVELS` the CPU runs (None: unknown);
+    ``flags`` are /proc/cpuinfo's, read when not given."""
+    if flags is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                line = next((x for x in f if x.startswith("flags")), "")
+        except OSError:
+            return None
+        flags = set(line.partition(":")[2].split())
+    if not flags:
+        return None
+    for level, flag in ((3, "avx512f"), (2, "avx2"), (1, "avx")):
+        if flag in flags:
+            return level
+    return 0
+
+
+def kernel_pins(environ: Mapping[str, str] | None = None, level: int | None = None) -> str:
+    """The environment variables that hold a library's kernels below what the CPU runs.
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        The environment (this process's when not given).
+    level : int, optional
+        The CPU's instruction-set level (:func:`cpu_level` when not given).
+
+    Returns
+    -------
+    str
+        ``NAME=value (AVX2 on an AVX-512 CPU)`` for each such variable, ``; ``-separated;
+        a variable whose level or CPU is unknown counts as holding back; ``""`` for none.
+    """
+    environ = os.environ if environ is None else environ
+    level = cpu_level() if level is None else level
+    pins = []
+    for name in PIN_VARIABLES:
+        value = environ.get(name, "").strip()
+        if not value:
+            continue
+        pinned = _pin_level(name, value)
+        if pinned is not None and level is not None and pinned >= level:
+            continue
+        held = "an unknown level" if pinned is None else _LEVELS[pinned]
+        cpu = "an unknown" if level is None else f"an {_LEVELS[level]}"
+        pins.append(f"{name}={value} ({held} on {cpu} CPU)")
+    return "; ".join(pins)
 
 
 def _cpu_model() -> str:
@@ -68,7 +204,9 @@ def _physical_cores() -> int | None:
 
 
 def machine() -> dict[str, object]:
-    """CPU model, physical cores, logical CPUs available to this process, platform."""
+    """CPU model, physical cores, logical CPUs available to this process, platform, the BLAS
+    and OpenMP libraries loaded (:func:`kernels`) and the variables pinning them
+    (:func:`kernel_pins`)."""
     if hasattr(os, "sched_getaffinity"):
         threads = len(os.sched_getaffinity(0))
     else:
@@ -78,6 +216,8 @@ def machine() -> dict[str, object]:
         "cpu_cores": _physical_cores() or threads,
         "cpu_threads": threads,
         "platform": f"{sys.platform}-{platform.machine()}",
+        "kernels": kernels(),
+        "kernel_pins": kernel_pins(),
     }
 
 

@@ -30,7 +30,7 @@ from .contenders.base import (
 )
 from .datasets import GENERATED, VALIDATION_FRACTION
 from .interruption import interruptible
-from .machine import available_devices, machine, versions
+from .machine import available_devices, kernels, machine, versions
 from .memory import peak_memory
 from .problems import Problem, check_problems, make_problem
 from .store import MEASURED, ResultsWriter
@@ -377,7 +377,8 @@ def run_matrix(
 
     def write(cell: Cell, result: CellResult) -> None:
         nonlocal done
-        row = {column: np.nan for column in MEASURED} | context | result.row
+        # the libraries loaded so far: a contender's own load with its first cell
+        row = {c: np.nan for c in MEASURED} | context | {"kernels": kernels()} | result.row
         writer.append(row, result.samples, result.loss_curve)
         done += 1
         if progress is not None:

@@ -67,11 +67,16 @@ COLUMNS = [
     "onnxruntime_version",
     "skl2onnx_version",
     "torch_version",
+    "jax_version",
     "cpu_model",
     "cpu_cores",
     "cpu_threads",
     "platform",
+    "kernels",
+    "kernel_pins",
 ]
+#: Columns that results.csv files written before them lack (read as empty).
+LATER_COLUMNS = ("jax_version", "kernels", "kernel_pins")
 
 RESULTS_CSV = "results.csv"
 RESULTS_JSONL = "results.jsonl"
@@ -341,9 +346,12 @@ def read_results(folder: str | Path) -> pd.DataFrame:
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OrtBenchError(f"{path} is not a results table: {reason}") from None
-    missing = [c for c in COLUMNS if c not in results.columns]
+    missing = [c for c in COLUMNS if c not in results.columns and c not in LATER_COLUMNS]
     if missing:
         raise OrtBenchError(f"{path} lacks the columns {', '.join(missing)}")
+    for column in LATER_COLUMNS:
+        if column not in results.columns:
+            results[column] = ""
     for column in ["batch_size", "epochs", "steps", "repeat", *MEASURED]:
         if not pd.api.types.is_numeric_dtype(results[column]):
             raise OrtBenchError(f"{path}: column {column} holds values that are not numbers")

@@ -29,6 +29,8 @@ ENVIRONMENT_COLUMNS = [
     "cpu_cores",
     "cpu_threads",
     "platform",
+    "kernels",
+    "kernel_pins",
 ]
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1340px;
@@ -113,11 +115,11 @@ def _stem(name: str) -> str:
 
 
 def _environment_section(results: pd.DataFrame) -> str:
-    first = results.iloc[0]
+    last = results.iloc[-1]  # the kernels: every contender's library loaded by then
     rows = "".join(
-        f"<tr><th>{html.escape(c)}</th><td>{html.escape(str(first[c]))}</td></tr>"
+        f"<tr><th>{html.escape(c)}</th><td>{html.escape(str(last[c]))}</td></tr>"
         for c in ENVIRONMENT_COLUMNS
-        if c in results.columns
+        if c in results.columns and not pd.isna(last[c]) and str(last[c])
     )
     return f"<table>{rows}</table>"
 

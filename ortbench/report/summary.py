@@ -226,6 +226,22 @@ def run_plots(folder: str | Path, results: pd.DataFrame) -> list[Plot]:
     return [Plot(name, text) for name, text in captions.items() if (folder / name).exists()]
 
 
+def kernel_lines(results: pd.DataFrame) -> list[str]:
+    """The BLAS/OpenMP libraries the run loaded (its last row's: every contender's library
+    loaded by then), and one line naming each variable that held a library's kernels below
+    the CPU's, when one did; nothing for results written before these columns."""
+    last = results.iloc[-1]
+    lines = []
+    if isinstance(last.get("kernels"), str) and last["kernels"]:
+        lines.append(f"Kernels (threadpoolctl): {last['kernels']}.")
+    if isinstance(last.get("kernel_pins"), str) and last["kernel_pins"]:
+        lines.append(
+            f"Not the native kernels: {last['kernel_pins']} pins them (docs/benchmarks.md "
+            "says how to time the native ones)."
+        )
+    return lines
+
+
 def bench_summary(results: pd.DataFrame, plots: list[Plot] | None = None) -> BenchSummary:
     """What a bench run found, from its results table.
 
@@ -264,6 +280,7 @@ def bench_summary(results: pd.DataFrame, plots: list[Plot] | None = None) -> Ben
         f"{first.onnxruntime_version}, scikit-learn {first.sklearn_version}, numpy "
         f"{first.numpy_version}, torch {first.torch_version}."
     )
+    machine = "\n\n".join([machine, *kernel_lines(results)])
     return BenchSummary(
         title=f"ortbench bench: run {first.run_id}",
         lead=(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...training import OrtBenchError
 from ..problems import Problem
 from .base import Contender, Unavailable
+from .jax_mlp import JaxNesterov, JaxScan, JaxSGD
 from .ort import (
     OrtForwardBackward,
     OrtForwardBackwardNesterov,
@@ -30,6 +31,9 @@ CONTENDERS: dict[str, type[Contender]] = {
         OrtPortableNesterov,
         TorchSGD,
         TorchNesterov,
+        JaxSGD,
+        JaxNesterov,
+        JaxScan,
     )
 }
 

@@ -1,0 +1,92 @@
+"""The JAX contenders against scikit-learn's MLP trained from the same weights on the same
+batches: loss curves and weights after a few epochs (skipped where jax is absent)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+
+import numpy as np
+import pytest
+
+from ortbench.bench.contenders import CONTENDERS, Unavailable, make_contender
+from ortbench.bench.problems import make_problem
+
+JAX = importlib.util.find_spec("jax") is not None
+needs_jax = pytest.mark.skipif(not JAX, reason="jax is not installed")
+
+
+def trained(name, problem, batch_size, epochs=3, shuffle=False):
+    return make_contender(name, problem, batch_size, shuffle=shuffle).fit(epochs)
+
+
+def layer_weights(contender):
+    """Coefficients then intercepts, whichever library trained them."""
+    if hasattr(contender, "model"):  # scikit-learn's MLP
+        return [*contender.model.coefs_, *contender.model.intercepts_]
+    coefs, intercepts = contender.weights()
+    return [*coefs, *intercepts]
+
+
+def assert_same_trajectory(found, expected, rtol=1e-4):
+    np.testing.assert_allclose(found.loss_curve_, expected.loss_curve_, rtol=rtol, atol=1e-6)
+    for got, want in zip(layer_weights(found), layer_weights(expected), strict=True):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-5)
+
+
+@needs_jax
+@pytest.mark.parametrize(
+    ("name", "reference", "problem_name", "dataset"),
+    [
+        ("jax-sgd", "sklearn-mlp-sgd", "mlp", "diabetes"),
+        ("jax-nesterov", "sklearn-mlp-nesterov", "mlp", "diabetes"),
+        ("jax-scan", "sklearn-mlp-sgd", "mlp", "diabetes"),
+        ("jax-sgd", "sklearn-mlp-sgd", "mlp-binary", "breast_cancer"),
+        ("jax-nesterov", "sklearn-mlp-nesterov", "mlp-multiclass", "digits"),
+    ],
+)
+def test_jax_follows_scikit_learn(name, reference, problem_name, dataset):
+    problem = make_problem(problem_name, dataset, n_samples=200)
+    # 160 training rows in batches of 24: six full batches and a partial one per epoch
+    assert len(problem.data.X_train) % 24
+    assert_same_trajectory(trained(name, problem, 24), trained(reference, problem, 24))
+
+
+@needs_jax
+def test_jax_follows_scikit_learn_with_a_penalty_and_a_decaying_rate():
+    """alpha's penalty on the coefficients and 'invscaling' rates, changed once per epoch."""
+    problem = make_problem("mlp", "diabetes", n_samples=200)
+    reference = copy.deepcopy(problem.reference)
+    reference.set_params(alpha=0.5, learning_rate="invscaling", power_t=0.25)
+    problem = dataclasses.replace(problem, reference=reference, eta0=0.01)
+    for name, baseline in [
+        ("jax-sgd", "sklearn-mlp-sgd"),
+        ("jax-nesterov", "sklearn-mlp-nesterov"),
+    ]:
+        assert_same_trajectory(trained(name, problem, 16), trained(baseline, problem, 16))
+
+
+@needs_jax
+@pytest.mark.parametrize("batch_size", [24, 160, 1])
+def test_one_scan_per_epoch_is_the_same_trajectory_as_one_call_per_step(batch_size):
+    problem = make_problem("mlp", "diabetes", n_samples=200)
+    step = trained("jax-sgd", problem, batch_size, epochs=2, shuffle=True)
+    scan = trained("jax-scan", problem, batch_size, epochs=2, shuffle=True)
+    assert_same_trajectory(scan, step, rtol=1e-5)
+    assert scan.n_steps_ == step.n_steps_ == 2 * problem.steps_per_epoch(batch_size)
+    # the timed path continues from the current weights, as fit does
+    assert_same_trajectory(scan.continue_fit(1), step.continue_fit(1), rtol=1e-5)
+
+
+def test_without_jax_its_contenders_say_so(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a)
+    )
+    problem = make_problem("mlp", "diabetes", n_samples=200)
+    names = [name for name in CONTENDERS if name.startswith("jax-")]
+    assert names == ["jax-sgd", "jax-nesterov", "jax-scan"]
+    for name in names:
+        with pytest.raises(Unavailable, match=r"^needs jax$"):
+            make_contender(name, problem, 16)
