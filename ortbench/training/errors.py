@@ -20,4 +20,13 @@ class ConvergenceError(OrtBenchError):
 
 class NotFittedTrainerError(OrtBenchError, NotFittedError):
     """A trainer used before its first fit: an :class:`OrtBenchError` that scikit-learn's
-    tooling recognises as its own ``NotFittedError``."""
+    tooling recognises as its own ``NotFittedError``, hence also an ``AttributeError``
+    (the fitted attributes do not exist yet), as the seed raised it."""
+
+
+class ArgumentTypeError(OrtBenchError, TypeError):
+    """An argument of the wrong type where the seed's API raised ``TypeError``."""
+
+
+class NotSupportedError(OrtBenchError, NotImplementedError):
+    """A combination the seed's API refused with ``NotImplementedError``."""
