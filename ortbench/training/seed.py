@@ -16,7 +16,11 @@ and only they (importing them from this module is the explicit choice):
 - a fit that does not warm start draws the trained weights from a standard normal
   distribution (numpy's global generator, as the seed did);
 - ``validation_every`` below 1 is a fraction of ``max_iter``; parameters are resolved
-  when the object is created, and the repr lists every one of them.
+  when the object is created, and the repr lists every one of them;
+- this module's ``LearningRateSGD`` and ``LearningRateSGDNesterov`` decay by
+  ``'invscaling'`` by default, check their schedule when created and start
+  ``'optimal'`` at ``eta0``; its ``SquareLearningLoss`` and ``NegLogLearningLoss`` have
+  the seed's defaults. Names and floats given to the two classes select these.
 
 ``docs/seed_api.md`` lists the differences with :class:`FullTrainer` and
 :class:`ForwardBackwardTrainer` side by side.
