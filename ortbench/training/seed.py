@@ -53,6 +53,15 @@ from .graph_tools import (
 from .learning_rates import BaseLearningRate
 from .losses import AbsoluteLearningLoss, BaseLearningLoss, ElasticLearningLoss
 from .penalties import BaseLearningPenalty
+from .seed_functions import function_onnx_graph, get_supported_functions, unreduced_onnx_loss
+from .seed_utils import (
+    OrtDataLoader,
+    device_to_providers,
+    dtype_to_var_type,
+    get_onnx_opset,
+    get_train_initializer,
+    proto_type_to_dtype,
+)
 
 #: The logger ``enable_logging=True`` writes one line per epoch to (level INFO).
 LOGGER = logging.getLogger("ortbench.seed")
@@ -64,9 +73,18 @@ __all__ = [
     "LearningRateSGDNesterov",
     "NegLogLearningLoss",
     "OrtGradientForwardBackwardOptimizer",
+    "OrtDataLoader",
     "OrtGradientOptimizer",
     "SquareLearningLoss",
     "add_loss_output",
+    "device_to_providers",
+    "dtype_to_var_type",
+    "function_onnx_graph",
+    "get_onnx_opset",
+    "get_supported_functions",
+    "get_train_initializer",
+    "proto_type_to_dtype",
+    "unreduced_onnx_loss",
 ]
 
 
