@@ -45,6 +45,7 @@ from .forward_backward import ForwardBackwardTrainer
 from .full import FullTrainer
 from .graph_tools import (
     check_weight_names,
+    inferred_shapes,
     load_model,
     rewrite_linear_nodes,
     select_outputs,
@@ -277,6 +278,27 @@ def _validation_every(value, max_iter: int) -> int:
     return max(1, int(max_iter * value)) if value < 1 else int(value)
 
 
+def _declare_output_shapes(model: onnx.ModelProto) -> None:
+    """Give the outputs declared without a shape the one onnx infers, in place."""
+    missing = [o for o in model.graph.output if not o.type.tensor_type.HasField("shape")]
+    if not missing:
+        return
+    shapes, _ = inferred_shapes(model)
+    for output in missing:
+        if output.name in shapes:
+            dims = [d if d is not None else "N" for d in shapes[output.name]]
+            output.type.CopyFrom(
+                onnx.helper.make_tensor_type_proto(output.type.tensor_type.elem_type, dims)
+            )
+
+
+def _column_as_1d(values):
+    """A one-column 2-D array as a 1-D one; anything else as it is."""
+    if values is not None and np.ndim(values) == 2 and np.shape(values)[1] == 1:
+        return np.asarray(values).ravel()
+    return values
+
+
 def _seed_repr(value) -> str:
     """An estimator-like object with all its parameters, in signature order."""
     if not isinstance(value, BaseEstimator):
@@ -350,6 +372,14 @@ class _SeedBehaviour:
             self.n_iter_ = len(self.train_losses_)
         return self
 
+    def _check_data(self, X, y, sample_weight, fitted_classes: bool):
+        """The seed's columns: class labels and sample weights shaped (n, 1) are 1-D."""
+        y, sample_weight = (
+            _column_as_1d(y) if self.is_classifier_ else y,
+            _column_as_1d(sample_weight),
+        )
+        return super()._check_data(X, y, sample_weight, fitted_classes)
+
     def _check_params(self) -> None:
         if self.training_optimizer_name != "SGDOptimizer":
             raise OrtBenchError(
@@ -360,6 +390,9 @@ class _SeedBehaviour:
 
     def _prepare_model(self) -> None:
         super()._prepare_model()
+        # the seed's tests select an intermediate result (a classifier's raw ``score``)
+        # as the output: its width, undeclared, comes from shape inference
+        _declare_output_shapes(self._train_model)
         if self.warm_start:
             return  # a first fit with warm_start starts from the model's weights
         drawn = {}
