@@ -93,15 +93,18 @@ def device_to_providers(device: str) -> list:
     return providers(device)
 
 
-def get_train_initializer(onx: onnx.ModelProto) -> dict[str, tuple[str, np.ndarray]]:
-    """The initializers a training would update: name to (name, value).
+def get_train_initializer(
+    onx: onnx.ModelProto,
+) -> dict[str, tuple[np.ndarray, onnx.TensorProto]]:
+    """The initializers a training would update: name to (value, initializer), the
+    seed's order.
 
     Skips what :func:`trainable_initializers` skips (scalars, integers, the ``1`` of
     ``1 - p``).
     """
     names = set(trainable_initializers(onx))
     return {
-        init.name: (init.name, numpy_helper.to_array(init))
+        init.name: (numpy_helper.to_array(init), init)
         for init in onx.graph.initializer
         if init.name in names
     }

@@ -6,7 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from ortbench.training import OrtBenchError, capi
 from ortbench.training.seed import (
@@ -88,7 +88,9 @@ def test_train_initializers_and_opset(seed_linear):
     onx, _, _ = seed_linear
     inits = get_train_initializer(onx)
     assert set(inits) == {"coef", "intercept"}
-    assert inits["coef"][1].shape == (3, 1)
+    value, initializer = inits["coef"]
+    assert value.shape == (3, 1) and initializer.name == "coef"
+    np.testing.assert_array_equal(value, numpy_helper.to_array(initializer))
     assert get_onnx_opset(onx) == 15
     with pytest.raises(ValueError):
         get_onnx_opset(onx, "ai.onnx.ml")
