@@ -332,9 +332,9 @@ def test_derivative_of_a_model_without_initializers():
     [
         (DerivativeOptions.FillGrad, "needs KeepOutputs"),
         (DerivativeOptions.KeepYieldOp | DerivativeOptions.KeepOutputs, "cannot be combined"),
-        (8, "DerivativeOptions flags"),
-        ("FillGrad", "DerivativeOptions flags"),
-        (True, "DerivativeOptions flags"),
+        (8, "must be a DerivativeOptions"),
+        ("FillGrad", "must be a DerivativeOptions"),
+        (True, "must be a DerivativeOptions"),
     ],
 )
 def test_derivative_options_are_validated_as_the_seed_did(options, match):

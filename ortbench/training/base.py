@@ -34,6 +34,7 @@ from .graph_tools import (
     drop_noop_reshapes,
     fit_runtime,
     get_initializers,
+    load_model,
     rewrite_linear_nodes,
     select_outputs,
     set_initializers,
@@ -638,19 +639,21 @@ class BaseTrainer(BaseEstimator):
         feeds = {"expected": Y, "predicted": predicted, "loss_scale": scale, "grad_scale": scale}
         return float(loss.run(["loss"], feeds)[0])
 
-    def losses(self, X, y) -> np.ndarray:
+    def losses(self, X, y, sample_weight=None) -> np.ndarray:
         """Each sample's loss under the trained weights, through the trainer's loss.
 
         Parameters
         ----------
         X : array-like (n, features)
         y : array-like, as for :meth:`fit`
+        sample_weight : array-like (n,), optional
+            Multiplies each row's loss.
 
         Returns
         -------
         numpy.ndarray (n,)
-            The loss term of each row summed over its outputs: no mean over rows, no
-            sample weight, no penalty.
+            The loss term of each row summed over its outputs, times its sample weight
+            when given: no mean over rows, no penalty.
 
         Raises
         ------
@@ -658,7 +661,7 @@ class BaseTrainer(BaseEstimator):
             Before fit, or for data fit would refuse.
         """
         self._check_fitted()
-        X, Y, _ = self._check_data(X, y, None, fitted_classes=True)
+        X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=True)
         if getattr(self, "_samples_session", None) is None:
             model = self.learning_loss_.build_samples_function()
             self._samples_session = onnxruntime.InferenceSession(
@@ -666,10 +669,17 @@ class BaseTrainer(BaseEstimator):
             )
         predicted = self._predictions(X)[self.output_name_]
         feeds = {"expected": Y, "predicted": predicted.reshape(Y.shape)}
-        return self._samples_session.run(None, feeds)[0]
+        per_row = self._samples_session.run(None, feeds)[0]
+        return per_row if w is None else per_row * w
 
-    def get_trained_onnx(self) -> onnx.ModelProto:
+    def get_trained_onnx(self, model=None) -> onnx.ModelProto:
         """The model as given (linear nodes rewritten) with the trained weights.
+
+        Parameters
+        ----------
+        model : onnx.ModelProto, bytes or path, optional
+            Another model holding the trained initializers (the seed's way to put them
+            in the model without its loss); the trainer's own by default.
 
         Returns
         -------
@@ -682,10 +692,15 @@ class BaseTrainer(BaseEstimator):
             Before the first fit.
         """
         self._check_fitted()
-        model = set_initializers(self.model_, self.get_state())
-        if self.is_classifier_ and self._proba_name:
-            model = with_class_labels(model, self._proba_name, self.classes_)
-        return model
+        target = self.model_ if model is None else load_model(model)
+        missing = set(self.weights_) - {i.name for i in target.graph.initializer}
+        if missing:
+            raise OrtBenchError(f"model has no initializers {sorted(missing)} to hold the weights")
+        target = set_initializers(target, self.get_state())
+        produced = {name for node in target.graph.node for name in node.output}
+        if self.is_classifier_ and self._proba_name in produced:
+            target = with_class_labels(target, self._proba_name, self.classes_)
+        return target
 
     @property
     def trained_coef_(self) -> dict[str, np.ndarray]:

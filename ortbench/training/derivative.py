@@ -14,7 +14,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from . import capi
-from .errors import OrtBenchError
+from .errors import ArgumentTypeError, OrtBenchError
 from .graph_builder import GraphBuilder
 from .graph_tools import (
     check_weight_names,
@@ -59,8 +59,13 @@ class DerivativeOptions(enum.IntFlag):
 
 def _check_options(options) -> DerivativeOptions:
     """The seed's validation of :class:`DerivativeOptions` combinations."""
+    if not isinstance(options, DerivativeOptions):
+        raise ArgumentTypeError(
+            f"options must be a DerivativeOptions (such as DerivativeOptions.KeepOutputs), "
+            f"got {type(options).__name__} {options!r}"
+        )
     known = sum(int(flag) for flag in DerivativeOptions)
-    if isinstance(options, bool) or not isinstance(options, int) or int(options) & ~known:
+    if int(options) & ~known:
         raise OrtBenchError(
             f"options must combine DerivativeOptions flags (KeepYieldOp, KeepOutputs, "
             f"FillGrad), got {options!r}"
@@ -105,7 +110,9 @@ def onnx_derivative(
         The seed's flags; when given, they set ``keep_outputs`` and ``fill_grad``,
         validated as the seed did: ``FillGrad`` only with ``KeepOutputs``,
         ``KeepYieldOp`` alone (onnxruntime-training's forward/backward graph with its
-        YieldOp node, ``backend='ort-training'`` only); other values are refused.
+        YieldOp node, ``backend='ort-training'`` only); other values are refused, and
+        a value that is not a ``DerivativeOptions`` (a plain int) raises
+        :class:`ArgumentTypeError`, a ``TypeError``, as the seed did.
     backend : {'ort-training', 'portable'}, optional
         ``'ort-training'`` asks onnxruntime-training's gradient builder (its graph uses
         training-only kernels); ``'portable'`` builds it from standard operators only
@@ -125,6 +132,8 @@ def onnx_derivative(
     OrtBenchError
         For an unknown weight or input, nothing to differentiate, invalid ``options``, or
         a model the backend cannot differentiate.
+    ArgumentTypeError
+        When ``options`` is not a ``DerivativeOptions``.
     """
     backend = choose_backend(backend)
     yield_op = False

@@ -20,7 +20,8 @@ class ConvergenceError(OrtBenchError):
 
 class NotFittedTrainerError(OrtBenchError, NotFittedError):
     """A trainer used before its first fit: an :class:`OrtBenchError` that scikit-learn's
-    tooling recognises as its own ``NotFittedError``."""
+    tooling recognises as its own ``NotFittedError``, hence also an ``AttributeError``
+    (the fitted attributes do not exist yet), as the seed raised it."""
 
 
 class NoGradientError(OrtBenchError):
@@ -37,3 +38,11 @@ class NoGradientError(OrtBenchError):
     @property
     def reason(self) -> str:
         return f"no gradient for {self.op_type} (node {self.node!r})"
+
+
+class ArgumentTypeError(OrtBenchError, TypeError):
+    """An argument of the wrong type where the seed's API raised ``TypeError``."""
+
+
+class NotSupportedError(OrtBenchError, NotImplementedError):
+    """A combination the seed's API refused with ``NotImplementedError``."""

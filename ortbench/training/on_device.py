@@ -71,7 +71,7 @@ class OnDeviceSteps:
         sessions: SessionMaker,
         feeds: Callable[[Batch], tuple],
     ):
-        if type(rate) not in (LearningRateSGD, LearningRateAdamW):
+        if not isinstance(rate, (LearningRateSGD, LearningRateAdamW)):
             raise OrtBenchError(
                 f"onnxruntime's on-device training runs LearningRateSGD or LearningRateAdamW, "
                 f"not {type(rate).__name__}: use backend='portable' or ForwardBackwardTrainer "

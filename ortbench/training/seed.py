@@ -16,7 +16,11 @@ and only they (importing them from this module is the explicit choice):
 - a fit that does not warm start draws the trained weights from a standard normal
   distribution (numpy's global generator, as the seed did);
 - ``validation_every`` below 1 is a fraction of ``max_iter``; parameters are resolved
-  when the object is created, and the repr lists every one of them.
+  when the object is created, and the repr lists every one of them;
+- this module's ``LearningRateSGD`` and ``LearningRateSGDNesterov`` decay by
+  ``'invscaling'`` by default, check their schedule when created and start
+  ``'optimal'`` at ``eta0``; its ``SquareLearningLoss`` and ``NegLogLearningLoss`` have
+  the seed's defaults. Names and floats given to the two classes select these.
 
 ``docs/seed_api.md`` lists the differences with :class:`FullTrainer` and
 :class:`ForwardBackwardTrainer` side by side.
@@ -34,24 +38,167 @@ import onnxruntime
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 
-from . import loss_graph
+from . import learning_rates, loss_graph, losses
 from .derivative import DerivativeOptions, onnx_derivative
-from .errors import ConvergenceError, OrtBenchError
+from .errors import ConvergenceError, NotSupportedError, OrtBenchError
 from .forward_backward import ForwardBackwardTrainer
 from .full import FullTrainer
 from .graph_tools import (
     check_weight_names,
+    inferred_shapes,
     load_model,
     rewrite_linear_nodes,
     select_outputs,
     set_initializers,
 )
 from .learning_rates import BaseLearningRate
-from .losses import BaseLearningLoss, SquareLearningLoss
+from .losses import AbsoluteLearningLoss, BaseLearningLoss, ElasticLearningLoss
 from .penalties import BaseLearningPenalty
+from .seed_functions import function_onnx_graph, get_supported_functions, unreduced_onnx_loss
+from .seed_utils import (
+    OrtDataLoader,
+    device_to_providers,
+    dtype_to_var_type,
+    get_onnx_opset,
+    get_train_initializer,
+    proto_type_to_dtype,
+)
 
 #: The logger ``enable_logging=True`` writes one line per epoch to (level INFO).
 LOGGER = logging.getLogger("ortbench.seed")
+
+__all__ = [
+    "AbsoluteLearningLoss",
+    "ElasticLearningLoss",
+    "LearningRateSGD",
+    "LearningRateSGDNesterov",
+    "NegLogLearningLoss",
+    "OrtGradientForwardBackwardOptimizer",
+    "OrtDataLoader",
+    "OrtGradientOptimizer",
+    "SquareLearningLoss",
+    "add_loss_output",
+    "device_to_providers",
+    "dtype_to_var_type",
+    "function_onnx_graph",
+    "get_onnx_opset",
+    "get_supported_functions",
+    "get_train_initializer",
+    "proto_type_to_dtype",
+    "unreduced_onnx_loss",
+]
+
+
+class _SeedSchedule:
+    """The seed's schedules: ``'invscaling'`` by default, the name checked when the
+    object is created, and ``'optimal'`` scaled so that its first rate is ``eta0``."""
+
+    def _optimal(self, t: int) -> float:
+        # Bottou's t0 as the seed chose it for its squared error, whose gradient at
+        # prediction -typw and label 1 is 2 (1 + typw); the rate is then
+        # eta0 * t0 / (t0 + t): eta0 at t = 0, slowly decreasing after.
+        alpha = float(self.alpha)
+        typw = np.sqrt(1.0 / np.sqrt(alpha))
+        t0 = max(1.0, 2.0 * (1.0 + typw)) / (alpha * typw)
+        return float(self.eta0) * t0 / (t0 + t)
+
+
+class LearningRateSGD(_SeedSchedule, learning_rates.LearningRateSGD):
+    """The seed's ``LearningRateSGD``: plain SGD, ``'invscaling'`` by default.
+
+    Parameters
+    ----------
+    eta0 : float, default=0.01
+        The first rate.
+    alpha : float, default=0.0001
+        The constant of ``'optimal'``.
+    power_t : float, default=0.25
+        The exponent of ``'invscaling'``: ``eta0 / (t + 1) ** power_t``.
+    learning_rate : {'invscaling', 'constant', 'optimal'}, default='invscaling'
+        The schedule; ``'optimal'`` is ``eta0 * t0 / (t0 + t)``, ``t0`` being Bottou's
+        heuristic for ``alpha``. ``t`` counts epochs.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown schedule or a bad value (a ``ValueError``, as the seed raised).
+    """
+
+    def __init__(
+        self,
+        eta0: float = 0.01,
+        alpha: float = 0.0001,
+        power_t: float = 0.25,
+        learning_rate: str = "invscaling",
+    ):
+        super().__init__(eta0=eta0, alpha=alpha, power_t=power_t, learning_rate=learning_rate)
+        self.check()
+
+
+class LearningRateSGDNesterov(_SeedSchedule, learning_rates.LearningRateSGDNesterov):
+    """The seed's ``LearningRateSGDNesterov``: momentum, ``'invscaling'`` by default.
+
+    Parameters
+    ----------
+    eta0, alpha, power_t, learning_rate
+        As :class:`LearningRateSGD`.
+    momentum : float, default=0.9
+        In [0, 1).
+    nesterov : bool, default=True
+        Nesterov's momentum, else classical momentum.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown schedule or a bad value.
+    """
+
+    def __init__(
+        self,
+        eta0: float = 0.01,
+        alpha: float = 0.0001,
+        power_t: float = 0.25,
+        learning_rate: str = "invscaling",
+        momentum: float = 0.9,
+        nesterov: bool = True,
+    ):
+        super().__init__(
+            eta0=eta0,
+            alpha=alpha,
+            power_t=power_t,
+            learning_rate=learning_rate,
+            momentum=momentum,
+            nesterov=nesterov,
+        )
+        self.check()
+
+
+class SquareLearningLoss(losses.SquareLearningLoss):
+    """The seed's squared error: ``(p - y)^2``, gradient ``2 (p - y)`` by default.
+
+    Parameters
+    ----------
+    convention : {'seed', 'sklearn'}, default='seed'
+        As :class:`ortbench.training.SquareLearningLoss`.
+    """
+
+    def __init__(self, convention: str = "seed"):
+        super().__init__(convention=convention)
+
+
+class NegLogLearningLoss(losses.NegLogLearningLoss):
+    """The seed's log loss: ``eps`` 1e-5 by default (ortbench's is float32's epsilon).
+
+    Parameters
+    ----------
+    eps : float, default=1e-5
+        Probabilities are clipped to [eps, 1 - eps].
+    probability_function : str, default='sigmoid'
+        As :class:`ortbench.training.NegLogLearningLoss`.
+    """
+
+    def __init__(self, eps: float = 1e-5, probability_function: str = "sigmoid"):
+        super().__init__(eps=eps, probability_function=probability_function)
 
 
 def add_loss_output(
@@ -113,7 +260,7 @@ def _as_seed_stored(params: dict) -> dict:
     """A seed constructor's arguments as the seed stored them: the learning rate, the loss
     and the penalty as objects (names and floats selected), ``validation_every`` in epochs."""
     params = dict(params)
-    params["learning_rate"] = BaseLearningRate.select(params["learning_rate"])
+    params["learning_rate"] = _seed_rate(params["learning_rate"])
     params["validation_every"] = _validation_every(params["validation_every"], params["max_iter"])
     if "learning_loss" in params:
         params["learning_loss"] = _seed_loss(params["learning_loss"])
@@ -129,6 +276,27 @@ def _validation_every(value, max_iter: int) -> int:
             f"validation_every must be an integer >= 1 or a fraction in (0, 1), got {value!r}"
         )
     return max(1, int(max_iter * value)) if value < 1 else int(value)
+
+
+def _declare_output_shapes(model: onnx.ModelProto) -> None:
+    """Give the outputs declared without a shape the one onnx infers, in place."""
+    missing = [o for o in model.graph.output if not o.type.tensor_type.HasField("shape")]
+    if not missing:
+        return
+    shapes, _ = inferred_shapes(model)
+    for output in missing:
+        if output.name in shapes:
+            dims = [d if d is not None else "N" for d in shapes[output.name]]
+            output.type.CopyFrom(
+                onnx.helper.make_tensor_type_proto(output.type.tensor_type.elem_type, dims)
+            )
+
+
+def _column_as_1d(values):
+    """A one-column 2-D array as a 1-D one; anything else as it is."""
+    if values is not None and np.ndim(values) == 2 and np.shape(values)[1] == 1:
+        return np.asarray(values).ravel()
+    return values
 
 
 def _seed_repr(value) -> str:
@@ -204,6 +372,14 @@ class _SeedBehaviour:
             self.n_iter_ = len(self.train_losses_)
         return self
 
+    def _check_data(self, X, y, sample_weight, fitted_classes: bool):
+        """The seed's columns: class labels and sample weights shaped (n, 1) are 1-D."""
+        y, sample_weight = (
+            _column_as_1d(y) if self.is_classifier_ else y,
+            _column_as_1d(sample_weight),
+        )
+        return super()._check_data(X, y, sample_weight, fitted_classes)
+
     def _check_params(self) -> None:
         if self.training_optimizer_name != "SGDOptimizer":
             raise OrtBenchError(
@@ -214,6 +390,9 @@ class _SeedBehaviour:
 
     def _prepare_model(self) -> None:
         super()._prepare_model()
+        # the seed's tests select an intermediate result (a classifier's raw ``score``)
+        # as the output: its width, undeclared, comes from shape inference
+        _declare_output_shapes(self._train_model)
         if self.warm_start:
             return  # a first fit with warm_start starts from the model's weights
         drawn = {}
@@ -229,7 +408,7 @@ class _SeedBehaviour:
             loss /= self.batch_size
         if self.enable_logging:
             LOGGER.info(
-                "[%s] epoch %d/%d loss=%g lr=%g",
+                "[%s._iteration] epoch %d/%d loss=%g lr=%g",
                 type(self).__name__,
                 len(self.train_losses_) + 1,
                 self.max_iter,
@@ -305,11 +484,26 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
         sample_weight_name="weight",
     ):
         self._keep_params(_as_seed_stored(locals()))
+        if self.learning_rate.n_states:
+            raise NotSupportedError(
+                f"OrtGradientOptimizer trains with plain SGD only, got "
+                f"{type(self.learning_rate).__name__}: use "
+                f"OrtGradientForwardBackwardOptimizer for momentum"
+            )
 
     def _learning_loss(self) -> BaseLearningLoss:
-        return SquareLearningLoss(convention="seed")
+        return SquareLearningLoss()
 
-    def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
+    def fit(
+        self,
+        X,
+        y,
+        sample_weight=None,
+        X_val=None,
+        y_val=None,
+        use_numpy=False,
+        sample_weight_val=None,
+    ):
         """Train on (X, y), from weights drawn anew unless ``warm_start``.
 
         Parameters
@@ -317,6 +511,9 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
         X, y, sample_weight, X_val, y_val, sample_weight_val
             As for :meth:`FullTrainer.fit`; ``sample_weight`` is fed to the model's input
             ``sample_weight_name``.
+        use_numpy : bool
+            Kept for the seed's signature, where it chose numpy or onnxruntime for
+            copying batches: ortbench feeds onnxruntime the same way either way.
 
         Returns
         -------
@@ -491,8 +688,26 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
 
 
 def _seed_loss(loss) -> BaseLearningLoss:
-    """The seed's loss for a name: its squared error is the whole (p - y)^2."""
+    """The seed's loss for a name: this module's squared error and log loss, whose
+    defaults are the seed's; an object is kept as given."""
     chosen = BaseLearningLoss.select(loss)
-    if isinstance(loss, str) and isinstance(chosen, SquareLearningLoss):
-        chosen.set_params(convention="seed")
-    return chosen
+    if chosen is loss:
+        return chosen
+    seed_class = {
+        losses.SquareLearningLoss: SquareLearningLoss,
+        losses.NegLogLearningLoss: NegLogLearningLoss,
+    }.get(type(chosen))
+    return chosen if seed_class is None else seed_class()
+
+
+def _seed_rate(value) -> BaseLearningRate:
+    """The seed's learning rate for a float or a name: this module's classes, whose
+    schedules are the seed's; an object is kept as given."""
+    chosen = BaseLearningRate.select(value)
+    if chosen is value:
+        return chosen
+    seed_class = {
+        learning_rates.LearningRateSGD: LearningRateSGD,
+        learning_rates.LearningRateSGDNesterov: LearningRateSGDNesterov,
+    }[type(chosen)]
+    return seed_class(**chosen.get_params())
