@@ -134,7 +134,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-def _open(browser, url: str):
+def open_page(browser, url: str):
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get_log("browser")  # drop what earlier pages logged
@@ -271,7 +271,7 @@ def _check_bench_structure(browser, folder: Path, sizes: int) -> dict:
 
 
 def test_bench_page(browser, site):
-    _open(browser, site["bench"])
+    open_page(browser, site["bench"])
     images = browser.execute_script(
         "return [...document.images].map(i => [i.src.split('/').pop(), i.clientWidth])"
     )
@@ -290,14 +290,14 @@ def test_bench_page(browser, site):
 
 
 def test_bench_page_of_two_model_sizes(browser, site):
-    _open(browser, site["two_sizes"])
+    open_page(browser, site["two_sizes"])
     page = _check_bench_structure(browser, site["two_sizes_folder"], sizes=2)
     assert [f["image"] for f in page["figures"]].count("scaling.png") == 1
     _check_page(browser, "two-sizes")
 
 
 def test_profile_page(browser, site):
-    _open(browser, site["profile"])
+    open_page(browser, site["profile"])
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -325,7 +325,7 @@ def test_profile_page(browser, site):
 
 
 def test_compare_page(browser, site):
-    _open(browser, site["compare"])
+    open_page(browser, site["compare"])
     verdicts = browser.execute_script(
         "return [...document.querySelectorAll('table.verdicts tr')].filter(r => r.cells[0]"
         " && r.textContent.includes('seconds_per_step')).map(r => "
