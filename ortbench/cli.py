@@ -70,11 +70,9 @@ from .bench.user_model import USER_LOSSES, UserFiles, load_user_problem
 from .profiling.driver import ProfileRequest, profile
 from .progress import Progress
 from .report.compare_page import write_comparison_html
-from .report.html import write_index
+from .report.html import write_index, write_reports
 from .report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, blocks, min_pvalue
-from .report.plots import write_plots
 from .report.resultsets import load_result_set
-from .report.scaling import write_scaling_plot
 from .report.summary import SUMMARY_MD
 from .report.units import format_seconds
 from .report.verdicts import compare, comparison_markdown
@@ -112,14 +110,6 @@ def _progress(start: float):
         shown[0].step(f"{cell.label}: {status}", time.perf_counter() - start)
 
     return report
-
-
-def _write_reports(folder: Path) -> str:
-    write_plots(folder)
-    write_scaling_plot(folder)
-    write_index(folder)  # writes summary.md too, when a row is good
-    summary = folder / SUMMARY_MD
-    return summary.read_text(encoding="utf-8") if summary.exists() else ""
 
 
 def _matrix_config(args: argparse.Namespace) -> BenchConfig:
@@ -200,10 +190,10 @@ def _bench(args: argparse.Namespace) -> int:
         write_calibration(folder, config.repeat)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():
-            _write_reports(folder)
+            write_reports(folder)
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(_write_reports(folder))
+    print(write_reports(folder))
     elapsed = time.perf_counter() - start
     print(
         f"ortbench bench: {folder / SUMMARY_MD} and plots written in {elapsed:.0f}s",
@@ -318,7 +308,7 @@ def _merge(args: argparse.Namespace) -> int:
             print(f"ortbench merge: {line}", file=sys.stderr)
 
         return _ab_verdict(folder, labels, settings["threshold"], settings["warn"], log, note)
-    print(_write_reports(folder))
+    print(write_reports(folder))
     statuses = [record["status"] for record in read_records(folder)]
     if "ok" not in statuses:
         raise OrtBenchError(f"no cell could run ({statuses[0] if statuses else 'no cells'})")

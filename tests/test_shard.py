@@ -54,7 +54,7 @@ from ortbench.bench.store import (
     read_records,
 )
 from ortbench.cli import main
-from ortbench.report.html import write_index
+from ortbench.report.html import write_reports
 from ortbench.report.paired import AB_MD, ab_comparison, ab_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,7 +211,7 @@ def bench_run(tmp_path_factory):
     )
     folder = tmp_path_factory.mktemp("bench") / "20250101-000000"
     run_matrix(config, ResultsWriter(folder), folder.name)
-    write_index(folder)
+    write_reports(folder)  # as bench writes them
     return config, folder
 
 
@@ -221,7 +221,7 @@ def test_merged_bench_shards_report_as_the_unsharded_run(bench_run, tmp_path, ca
     merged = tmp_path / "merged" / run.name  # the unsharded run's id: its very pages
     merged.mkdir(parents=True)
     merge_runs(shards, merged)
-    write_index(merged)
+    write_reports(merged)
     for name in ("summary.md", "index.html", RESULTS_CSV, LOSS_CURVES_CSV):
         assert (merged / name).read_text() == (run / name).read_text(), name
     # the command: same summary (but the run id), same exit status

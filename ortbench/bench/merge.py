@@ -132,9 +132,7 @@ def check_shards(folders: Sequence[str | Path]) -> list[ShardFolder]:
     for folder in map(Path, folders):
         if not folder.is_dir():
             raise OrtBenchError(f"no run folder at {folder}")
-        info = read_shard(folder)
-        records = _checked_records(folder, info["command"])
-        shards.append(ShardFolder(folder, info, records))
+        shards.append(ShardFolder(folder, read_shard(folder), []))
     first = shards[0]
     for shard in shards[1:]:
         for key, what in _SAME.items():
@@ -159,6 +157,8 @@ def check_shards(folders: Sequence[str | Path]) -> list[ShardFolder]:
                         f"{first.folder} and {shard.folder} timed different {name} sides "
                         f"({_differs(sides[name], other[name])}): merge the shards of one run"
                     )
+    for shard in shards:  # the rows, once the shards are known to be of one run
+        shard.records.extend(_checked_records(shard.folder, command))
     _check_cells(shards, command)
     return shards
 

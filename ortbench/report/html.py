@@ -13,7 +13,17 @@ import pandas as pd
 
 from ..bench.store import RESULTS_CSV, read_results
 from . import profile_page
-from .summary import METHOD_TITLE, BenchSummary, Table, bench_summary, run_plots, write_summary
+from .plots import write_plots
+from .scaling import write_scaling_plot
+from .summary import (
+    METHOD_TITLE,
+    SUMMARY_MD,
+    BenchSummary,
+    Table,
+    bench_summary,
+    run_plots,
+    write_summary,
+)
 
 INDEX_HTML = "index.html"
 
@@ -29,9 +39,9 @@ ENVIRONMENT_COLUMNS = [
     "cpu_cores",
     "cpu_threads",
     "platform",
-    "kernels",
-    "kernel_pins",
 ]
+#: The BLAS/OpenMP libraries a run loaded, and a variable that pinned their kernels.
+KERNEL_COLUMNS = ["kernels", "kernel_pins"]
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1340px;
   padding: 0 1em; color: #222; line-height: 1.4; }
@@ -115,11 +125,14 @@ def _stem(name: str) -> str:
 
 
 def _environment_section(results: pd.DataFrame) -> str:
-    last = results.iloc[-1]  # the kernels: every contender's library loaded by then
+    first, last = results.iloc[0], results.iloc[-1]
+    values = {c: first[c] for c in ENVIRONMENT_COLUMNS if c in results.columns}
+    for c in KERNEL_COLUMNS:  # the last row's: every contender's library loaded by then
+        values[c] = last[c] if c in results.columns else None
     rows = "".join(
-        f"<tr><th>{html.escape(c)}</th><td>{html.escape(str(last[c]))}</td></tr>"
-        for c in ENVIRONMENT_COLUMNS
-        if c in results.columns and not pd.isna(last[c]) and str(last[c])
+        f"<tr><th>{html.escape(c)}</th><td>{html.escape(str(v))}</td></tr>"
+        for c, v in values.items()
+        if not (c in KERNEL_COLUMNS and (pd.isna(v) or not str(v)))
     )
     return f"<table>{rows}</table>"
 
@@ -191,6 +204,16 @@ def write_index(run_dir: str | Path) -> Path:
     path = run_dir / INDEX_HTML
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def write_reports(folder: str | Path) -> str:
+    """Write every report of a run folder (plots, ``summary.md``, ``index.html``), as
+    ``bench``, ``merge`` and ``report`` do; return the summary's text ("" without one)."""
+    write_plots(folder)
+    write_scaling_plot(folder)
+    write_index(folder)  # writes summary.md too, when a row is good
+    summary = Path(folder) / SUMMARY_MD
+    return summary.read_text(encoding="utf-8") if summary.exists() else ""
 
 
 def _run_id(run_dir: Path, results: pd.DataFrame | None) -> str:
