@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pandas as pd
 import pytest
 from sklearn.datasets import load_digits
 
 torch = pytest.importorskip("torch")
-from torch_modules import export, network  # noqa: E402
+from torch_modules import NETWORKS, export, network  # noqa: E402
 
 from ortbench.bench.contenders import make_contender  # noqa: E402
 from ortbench.bench.user_model import UserFiles, load_user_problem  # noqa: E402
@@ -59,3 +60,41 @@ def test_torch_trains_the_exported_cnn_as_torch_itself_does(
     expected = torch_sgd_losses(network("images").train(), problem, 2, batch, momentum)
     np.testing.assert_allclose(contender.loss_curve_, expected, rtol=1e-5)
     assert contender.loss_curve_[-1] < contender.loss_curve_[0]
+
+
+ENGINE = ["ort-full", "ort-fwbw", "ort-portable-full", "ort-portable-fwbw"]
+
+
+@pytest.mark.parametrize("batch", [None, 16], ids=["dynamic axes", "fixed batch"])
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_bench_trains_each_exported_module_with_every_contender(tmp_path, name, batch):
+    """``ortbench bench --model`` on the torch export of each listed module: every engine
+    contender and the torch peer train it, whether the export fixed its batch or not."""
+    from ortbench.bench.store import RESULTS_CSV
+    from ortbench.cli import main
+    from ortbench.training.runtime import runtime_problem
+
+    module = network(name)
+    onnx.save(export(module, NETWORKS[name][1], batch=batch), tmp_path / "net.onnx")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, NETWORKS[name][1])).astype(np.float32)
+    with torch.no_grad():
+        width = module(torch.from_numpy(X[:2])).shape[1]
+    np.savez(tmp_path / "d.npz", X=X, y=rng.standard_normal((len(X), width)).astype(np.float32))
+    engine = ENGINE if runtime_problem() is None else ENGINE[2:]
+    out = tmp_path / "out"
+    code = main([
+        "bench", "--model", str(tmp_path / "net.onnx"), "--data", str(tmp_path / "d.npz"),
+        "--loss", "squared_error", "--contenders", *engine, "torch-sgd", "--batch-sizes", "8",
+        "--devices", "cpu", "--epochs", "1", "--repeat", "1", "--keep-going", "--out", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    (folder,) = out.iterdir()
+    rows = pd.read_csv(folder / RESULTS_CSV).set_index("contender")
+    assert sorted(rows.index) == sorted([*engine, "torch-sgd"])
+    for contender, row in rows.iterrows():
+        # trained: a finite loss; an unstable time on a loaded machine is still a timed cell
+        assert row.status == "ok" or row.status.startswith("unstable"), (contender, row.status)
+        assert np.isfinite(row.final_train_loss), contender
+    # every contender trained the same network from the same weights on the same batches
+    np.testing.assert_allclose(rows.final_train_loss, rows.final_train_loss.iloc[0], rtol=1e-3)
