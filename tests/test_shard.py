@@ -305,6 +305,19 @@ def test_merge_refuses_another_matrix_other_sides_overlap_and_gaps(tmp_path, cap
     assert list((tmp_path / "o").iterdir()) == []
 
 
+def test_shards_that_loaded_other_libraries_ran_on_one_machine(tmp_path, capsys):
+    """The kernels a shard's process loaded (and their order) depend on what it ran."""
+    fake_run_ab(tmp_path / "run", AB_CONFIG, 1.0)
+    shards = split_run(tmp_path / "run", tmp_path / "shards", "ab", AB_CONFIG, 2)
+    described = json.loads((shards[1] / SHARD_JSON).read_text())
+    described["machine"] = described["machine"] | {"kernels": "openmp libgomp 2 threads (torch)"}
+    (shards[1] / SHARD_JSON).write_text(json.dumps(described))
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "o")]) == 0
+    (merged,) = (tmp_path / "o").iterdir()
+    assert not json.loads((merged / MERGE_JSON).read_text())["machines_differ"]
+    assert "different machines" not in capsys.readouterr().err
+
+
 def test_merge_records_a_difference_of_machines(tmp_path, capsys):
     fake_run_ab(tmp_path / "run", AB_CONFIG, 1.0)
     other = {"cpu_model": "Another CPU", "cpu_cores": 4, "cpu_threads": 8, "platform": "x"}

@@ -75,7 +75,7 @@ def kernels() -> str:
             words.append(str(lib["architecture"]))
         words.append(f"{lib.get('num_threads')} threads ({_owner(lib.get('filepath', ''))})")
         entries.append(" ".join(words))
-    return "; ".join(entries)
+    return "; ".join(sorted(entries))  # the order libraries were loaded in says nothing
 
 
 #: Instruction-set levels of the pins below: 0 SSE, 1 AVX, 2 AVX2, 3 AVX-512.

@@ -276,7 +276,8 @@ def merge_runs(folders: Sequence[str | Path], out: Path) -> Merged:
     if command == "ab":
         shutil.copyfile(shards[0].folder / AB_JSON, out / AB_JSON)
     machines = {str(s.folder): s.info["machine"] for s in shards}
-    differ = len({json.dumps(m, sort_keys=True) for m in machines.values()}) > 1
+    # the libraries loaded depend on what a shard's process ran, not on its machine
+    differ = len({json.dumps(_hardware(m), sort_keys=True) for m in machines.values()}) > 1
     info = {
         "command": command,
         "shards": [
@@ -287,6 +288,10 @@ def merge_runs(folders: Sequence[str | Path], out: Path) -> Merged:
     }
     (out / MERGE_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
     return Merged(command, first["settings"], machines if differ else {})
+
+
+def _hardware(machine: dict) -> dict:
+    return {k: v for k, v in machine.items() if k != "kernels"}
 
 
 def _tuple(value: object) -> object:
