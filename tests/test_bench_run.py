@@ -164,7 +164,10 @@ def test_a_cell_that_breaks_is_recorded(tmp_path, monkeypatch):
 @pytest.mark.training_build
 def test_cli_bench_prints_the_summary(tmp_path, capsys):
     options = "--contenders ort-full --problem linear --dataset diabetes --batch-sizes 32"
-    status = main(["bench", "--quick", *options.split(), "--repeat", "2", "--out", str(tmp_path)])
+    options += (
+        " --repeat 2 --keep-going"  # an unstable time on a loaded machine is beside the point
+    )
+    status = main(["bench", "--quick", *options.split(), "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     assert status == 0
     assert out.startswith("# ortbench bench: run ")

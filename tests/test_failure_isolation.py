@@ -60,6 +60,7 @@ def test_bench_gives_the_contender_without_gradient_its_own_row(tmp_path):
     contenders = ["ort-portable-full", "ort-fwbw", "torch-sgd"]
     out = tmp_path / "out"
     argv = ["bench", "--batch-sizes", "16", "--devices", "cpu", "--epochs", "2", "--repeat", "1"]
+    argv.append("--keep-going")  # an unstable time on a loaded machine is beside the point
     assert main([
         *argv, "--model", str(tmp_path / "wrapped.onnx"), "--data", str(tmp_path / "d.npz"),
         "--contenders", *contenders, "--out", str(out),

@@ -74,7 +74,8 @@ def test_training_build_contenders_say_what_is_installed_and_what_to_install(nam
 
 @plain_only
 def test_quick_bench_times_the_portable_contenders(tmp_path, capsys):
-    status = main(["bench", "--quick", "--epochs", "1", "--repeat", "1", "--out", str(tmp_path)])
+    argv = ["bench", "--quick", "--epochs", "1", "--repeat", "1", "--keep-going"]
+    status = main([*argv, "--out", str(tmp_path)])
     assert status == 0
     (folder,) = tmp_path.iterdir()
     results = pd.read_csv(folder / RESULTS_CSV)

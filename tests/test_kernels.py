@@ -51,7 +51,8 @@ def bench(tmp_path: Path, name: str, **environ: str) -> tuple[str, pd.DataFrame,
     out = tmp_path / name
     command = [sys.executable, "-m", "ortbench", "bench", "--contenders", "sklearn-mlp-sgd"]
     command += ["--problem", "mlp", "--dataset", "diabetes", "--batch-sizes", "16"]
-    command += ["--epochs", "1", "--repeat", "1", "--n-samples", "200", "--out", str(out)]
+    command += ["--epochs", "1", "--repeat", "1", "--n-samples", "200", "--keep-going"]
+    command += ["--out", str(out)]
     subprocess.run(command, env=env, check=True, capture_output=True, text=True)
     (folder,) = out.iterdir()
     return (folder / "summary.md").read_text(), read_results(folder), folder

@@ -103,6 +103,7 @@ def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
     argv = ["bench", "--problem", "cnn", "transformer", "--batch-sizes", "16", "--epochs", "1"]
     contenders = ["sklearn-mlp-sgd", "ort-fwbw", "ort-portable-full", "torch-sgd"]
     argv += ["--repeat", "1", "--n-samples", "300", "--devices", "cpu", "--contenders", *contenders]
+    argv.append("--keep-going")  # an unstable time on a loaded machine is beside the point
     assert main([*argv, "--out", str(tmp_path)]) == 0
     (folder,) = tmp_path.iterdir()
     results = pd.read_csv(folder / RESULTS_CSV)

@@ -431,7 +431,8 @@ def walk(node: dict):
 
 @pytest.mark.training_build
 def test_report_of_a_bench_run(tmp_path, capsys):
-    assert main(["bench", "--quick", "--repeat", "2", "--epochs", "1", "--out", str(tmp_path)]) == 0
+    argv = ["bench", "--quick", "--repeat", "2", "--epochs", "1", "--keep-going"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     progress = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[ortbench bench]")]
     cells = len(QUICK.contenders) * len(QUICK.batch_sizes)

@@ -27,7 +27,7 @@ from ortbench.cli import main
 from ortbench.report.summary import summary_markdown
 
 TINY = "--contenders ort-portable-fwbw --problem linear --dataset diabetes --batch-sizes 8 --devices cpu"
-TINY += " --epochs 1 --repeat 2"
+TINY += " --epochs 1 --repeat 2 --keep-going"
 
 
 def test_concurrent_processes_get_their_own_folders(tmp_path):
@@ -228,7 +228,7 @@ def test_a_report_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, caps
     def full(folder):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "speedup.png"))
 
-    monkeypatch.setattr("ortbench.cli.write_plots", full)
+    monkeypatch.setattr("ortbench.report.html.write_plots", full)
     assert main(["bench", *TINY.split(), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == (
