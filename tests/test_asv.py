@@ -89,7 +89,8 @@ def test_asv_run_results_are_read_by_compare(tmp_path, capsys):
 
 def test_asv_environment_pins_requirements_txt():
     """asv's virtualenv installs what requirements.txt pins, but the newest onnx (what
-    ``pip install ".[training]"`` gets), and torch where its CPU wheel installs."""
+    ``pip install ".[training]"`` gets), torch where its CPU wheel installs, and jax (the
+    ``jax`` extra), so that every contender runs there."""
     pins = {}
     for line in (ROOT / "requirements.txt").read_text().splitlines():
         name, _, version = line.split("#")[0].strip().partition("==")
@@ -99,5 +100,5 @@ def test_asv_environment_pins_requirements_txt():
     pins.update(onnx=[""], torch=["2.13.0+cpu", None])
     assert config["matrix"]["req"] == pins
     assert config["install_command"] == [
-        "in-dir={env_dir} python -mpip install {wheel_file}[training]"
+        "in-dir={env_dir} python -mpip install {wheel_file}[training,jax]"
     ]
