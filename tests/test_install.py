@@ -84,8 +84,8 @@ def test_quick_bench_times_the_portable_contenders(tmp_path, capsys):
     for name in TRAINING_ONLY:
         needs = "unavailable: needs onnxruntime-training"
         assert all(s.startswith(needs) for s in status[name]), name
-    for name in ["sklearn-mlp-sgd", *PORTABLE]:
-        assert status[name] == {"ok"}, name
+    for name in ["sklearn-mlp-sgd", *PORTABLE]:  # timed (one slope: maybe unstable when loaded)
+        assert all(s == "ok" or s.startswith("unstable: ") for s in status[name]), name
     assert "| ort-portable-full |" in capsys.readouterr().out
 
 
