@@ -40,7 +40,7 @@ def test_concurrent_processes_get_their_own_folders(tmp_path):
 
 
 def test_concurrent_runs_into_one_out_keep_their_rows_apart(tmp_path, monkeypatch):
-    monkeypatch.setattr("ortbench.cli.run_id_now", lambda: "20260101-000000")
+    monkeypatch.setattr("ortbench.runtime_commands.run_id_now", lambda: "20260101-000000")
     statuses = []
 
     def run() -> None:
@@ -228,7 +228,7 @@ def test_a_report_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, caps
     def full(folder):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "speedup.png"))
 
-    monkeypatch.setattr("ortbench.cli.write_plots", full)
+    monkeypatch.setattr("ortbench.report.html.write_plots", full)
     assert main(["bench", *TINY.split(), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == (
