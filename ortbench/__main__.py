@@ -1,5 +1,4 @@
-"""The ``ortbench`` command (also ``python -m ortbench``): :func:`ortbench.cli.main`, or one
-line naming the extras when no onnxruntime build is installed."""
+"""The ``ortbench`` command (also ``python -m ortbench``): :func:`ortbench.cli.main`."""
 
 from __future__ import annotations
 
@@ -7,9 +6,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; exit status 2 with one line on stderr when onnxruntime is
-    missing, 130 with one line when Ctrl-C comes before a command handles it (while the
-    libraries load, say).
+    """Run the command line (a command that needs the missing onnxruntime says so in one
+    line, exit status 2); 130 with one line when Ctrl-C comes before a command handles it
+    (while the libraries load, say).
 
     Parameters
     ----------
@@ -24,13 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     # every import, this package's own included, runs inside the handler: a Ctrl-C that
     # lands while one loads would otherwise end the process by SIGINT (status -2)
     try:
-        from .install import MissingRuntimeError
+        from .cli import main as run
 
-        try:
-            from .cli import main as run
-        except MissingRuntimeError as e:
-            print(f"ortbench: error: {e}", file=sys.stderr)
-            return 2
         return run(argv)
     except KeyboardInterrupt:
         print("ortbench: interrupted", file=sys.stderr)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortbench.bench.ab import AB_REPEAT, BASE, HEAD, SIDE, Worker, alternation, run_ab
+from ortbench.bench.ab import AB_REPEAT, Worker, alternation, run_ab
 from ortbench.bench.checkouts import Checkout, mismatched_pins
 from ortbench.bench.contenders.base import MIN_EXTRA_SECONDS, SHORT_EPOCHS
 from ortbench.bench.machine import machine, versions
@@ -30,6 +30,7 @@ from ortbench.report.paired import (
     paired_verdict,
 )
 from ortbench.report.verdicts import IMPROVED, REGRESSED, UNCHANGED
+from ortbench.schema import BASE, HEAD, SIDE
 from ortbench.training import OrtBenchError
 
 ROOT = Path(__file__).resolve().parent.parent

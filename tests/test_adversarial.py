@@ -20,7 +20,8 @@ from sklearn.neural_network import MLPRegressor
 
 from ortbench.bench.checkouts import checkout
 from ortbench.bench.store import COLUMNS, RESULTS_CSV, RESULTS_JSONL, ResultsWriter
-from ortbench.cli import _matrix_config, _parser, main
+from ortbench.cli import _parser, main
+from ortbench.runtime_commands import _matrix_config
 from ortbench.training import ForwardBackwardTrainer, FullTrainer, OrtBenchError
 
 TRAINERS = [ForwardBackwardTrainer, FullTrainer]

@@ -20,18 +20,9 @@ import pandas as pd
 import pytest
 from test_ab import CONFIG, FakeSide
 
-from ortbench import cli
+from ortbench import runtime_commands as cli
 from ortbench.bench import matrix
-from ortbench.bench.ab import (
-    AB_REPEAT,
-    BASE,
-    HEAD,
-    SIDE,
-    SIDES,
-    run_ab,
-    side_label,
-    write_sides,
-)
+from ortbench.bench.ab import AB_REPEAT, run_ab, side_label, write_sides
 from ortbench.bench.checkouts import Checkout
 from ortbench.bench.matrix import BenchConfig, Cell, cells, run_matrix
 from ortbench.bench.merge import MERGE_JSON, merge_runs
@@ -56,6 +47,7 @@ from ortbench.bench.store import (
 from ortbench.cli import main
 from ortbench.report.html import write_reports
 from ortbench.report.paired import AB_MD, ab_comparison, ab_markdown
+from ortbench.schema import BASE, HEAD, SIDE, SIDES
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL = BenchConfig(devices=("cpu", "cuda"))  # 11 contenders x 3 problems x 5 sizes x 2

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..schema import BASE, FITS, HEAD, POSITIONS, SIDES
 from ..training import OrtBenchError
 from . import ab_worker
 from .checkouts import Checkout
@@ -35,15 +36,6 @@ from .store import COLUMNS, ResultsWriter
 #: pools' threads spin for a while after each call, and in the idle worker they would take
 #: the core the other side's next fit needs.
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-#: The two sides of an A/B run, as the ``side`` column spells them.
-BASE, HEAD = "BASE", "HEAD"
-SIDES = (BASE, HEAD)
-#: The column naming a row's side, and the JSON field holding each sample's place in
-#: its cell's order of samples (both sides counted).
-SIDE = "side"
-POSITIONS = "fit_positions"
-#: The JSON field holding each round's long fit in seconds per step.
-FITS = "long_fit_seconds_per_step"
 
 
 def alternation(repeat: int) -> list[tuple[str, str]]:

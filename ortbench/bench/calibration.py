@@ -25,17 +25,12 @@ import numpy as np
 import onnx
 from threadpoolctl import threadpool_limits
 
-from ..training import OrtBenchError
+from ..schema import CALIBRATION_JSON, NUMPY_PROBE, ORT_PROBE
 from ..training.capi import Binding, make_session
 from ..training.graph_builder import GraphBuilder
 from ..training.runtime import cpu_scalar, session_options
+from .store import read_calibration
 
-CALIBRATION_JSON = "calibration.json"
-NUMPY_PROBE = "numpy-matmul"
-ORT_PROBE = "ort-one-node"
-#: The probes: they measure the machine alone, through no code a change under test touches
-#: (older runs' calibrations also hold the baseline contender, which drift leaves out).
-MACHINE_PROBES = (NUMPY_PROBE, ORT_PROBE)
 _SIZE = 256
 _ORT_RUNS = 200
 _ORT_SIZE = 32
@@ -118,25 +113,3 @@ def write_calibration(folder: str | Path, repeat: int) -> None:
     for name, times in calibrate(repeat).items():
         samples[name] = samples.get(name, []) + times
     Path(folder, CALIBRATION_JSON).write_text(json.dumps(samples, indent=1), encoding="utf-8")
-
-
-def read_calibration(folder: str | Path) -> dict[str, list[float]] | None:
-    """A run folder's calibration samples, or None when it has none.
-
-    Raises
-    ------
-    OrtBenchError
-        When the file is there but malformed.
-    """
-    path = Path(folder, CALIBRATION_JSON)
-    if not path.exists():
-        return None
-    try:
-        samples = json.loads(path.read_text(encoding="utf-8"))
-        return {
-            str(name): [float(s) for s in values]
-            for name, values in samples.items()
-            if isinstance(values, list)
-        }
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as e:
-        raise OrtBenchError(f"{path} is not a calibration file: {e}") from None

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..schema import CALIBRATION_JSON, SIDE, SIDES
 from ..training import OrtBenchError
-from .ab import AB_JSON, SIDE, SIDES
-from .calibration import CALIBRATION_JSON, read_calibration
+from .ab import AB_JSON
 from .matrix import BenchConfig, Cell, cells
 from .shard import read_shard
 from .store import (
@@ -32,6 +32,7 @@ from .store import (
     RESULTS_JSONL,
     SAMPLES,
     ResultsWriter,
+    read_calibration,
     read_checked_records,
     read_loss_curves,
 )

@@ -27,61 +27,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..training import OrtBenchError
+from ..errors import OrtBenchError
+from ..schema import (
+    CALIBRATION_JSON,
+    COLUMNS,
+    KEYS,
+    LATER_COLUMNS,
+    LOSS_CURVES_CSV,
+    MEASURED,
+    RESULTS_CSV,
+    RESULTS_JSONL,
+    SAMPLES,
+)
 
-#: The cell's coordinates: what identifies a row across runs.
-KEYS = ["contender", "problem", "dataset", "batch_size", "device"]
-
-#: Columns a cell measures (NaN when it did not get that far).
-MEASURED = [
-    "seconds_per_step",
-    "seconds_per_step_min",
-    "seconds_per_step_max",
-    "seconds_per_fit_overhead",
-    "peak_memory_mb",
-    "initial_loss",
-    "final_train_loss",
-    "validation_loss",
-    "validation_score",
-    "runs_per_step",
-    "ortvalues_per_step",
-]
-
-#: Columns of results.csv, in order.
-COLUMNS = [
-    "run_id",
-    *KEYS,
-    "epochs",
-    "steps",
-    "repeat",
-    "timing",
-    "trained_values",
-    "baseline",
-    *MEASURED,
-    "status",
-    "python_version",
-    "ortbench_version",
-    "numpy_version",
-    "sklearn_version",
-    "onnx_version",
-    "onnxruntime_version",
-    "skl2onnx_version",
-    "torch_version",
-    "jax_version",
-    "cpu_model",
-    "cpu_cores",
-    "cpu_threads",
-    "platform",
-    "kernels",
-    "kernel_pins",
-]
-#: Columns that results.csv files written before them lack (read as empty).
-LATER_COLUMNS = ("jax_version", "kernels", "kernel_pins")
-
-RESULTS_CSV = "results.csv"
-RESULTS_JSONL = "results.jsonl"
-LOSS_CURVES_CSV = "loss_curves.csv"
-SAMPLES = "seconds_per_step_samples"
 #: Names of a run's data files: no ``--out`` of any command writes over them.
 RUN_DATA_FILES = ("results.*", "calibration.json", "timings*", "loss_curves.csv")
 
@@ -417,3 +375,25 @@ def _numbered_records(folder: str | Path) -> list[tuple[int, object]]:
             if k < len(lines) - 1 or line.endswith("\n"):  # only a cut last line is dropped
                 raise OrtBenchError(f"{path}: line {number} is not JSON") from None
     return records
+
+
+def read_calibration(folder: str | Path) -> dict[str, list[float]] | None:
+    """A run folder's calibration samples, or None when it has none.
+
+    Raises
+    ------
+    OrtBenchError
+        When the file is there but malformed.
+    """
+    path = Path(folder, CALIBRATION_JSON)
+    if not path.exists():
+        return None
+    try:
+        samples = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            str(name): [float(s) for s in values]
+            for name, values in samples.items()
+            if isinstance(values, list)
+        }
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as e:
+        raise OrtBenchError(f"{path} is not a calibration file: {e}") from None

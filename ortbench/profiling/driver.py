@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..bench.contenders import make_contender
 from ..bench.problems import make_problem
+from ..schema import EPOCH_LOOP, PROFILE_JSON
 from ..training.runtime import profiled_sessions
 from . import ort_profile, pyspy
 from .calltree import CallTree, profile_call
@@ -36,12 +37,9 @@ WARMUP_EPOCHS = 1
 #: gathers several hundred samples whatever a step costs.
 WINDOW_SECONDS = 2.0
 MIN_EPOCHS, MAX_EPOCHS = 3, 5000
-#: The trainers' epoch loop: the flame graph's share under it is reported.
-EPOCH_LOOP = "_run_epoch"
 #: onnxruntime's profiler writes several events per node run: its window stops after the
 #: first epochs holding this many steps, which keeps its traces to a few megabytes.
 RUNTIME_STEPS = 500
-PROFILE_JSON = "profile.json"
 
 
 @dataclass

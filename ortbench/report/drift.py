@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from ..bench.calibration import MACHINE_PROBES
+from ..schema import MACHINE_PROBES
 from .resultsets import Measurement, ResultSet
 
 #: Verdict of a regression that the machine's drift could explain.

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from ..bench.ab import BASE, FITS, HEAD, POSITIONS, SIDE
-from ..bench.store import KEYS, SAMPLES, read_records
-from ..training import OrtBenchError
+from ..bench.store import read_records
+from ..errors import OrtBenchError
+from ..schema import BASE, FITS, HEAD, KEYS, POSITIONS, SAMPLES, SIDE
 from .resultsets import COUNT, Measurement
 from .units import format_value
 from .verdicts import (

@@ -15,14 +15,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
-from ..bench.contenders import BASELINE, CONTENDERS
 from ..bench.store import read_loss_curves, read_results
+from ..schema import BASELINE, CONTENDER_NAMES
 
 GROUP = ["problem", "dataset", "device"]
 _MARKERS = "osD^vPX<>*"
 _LINES = ("-", "--", "-.", ":")
 #: One color, marker and line style per contender, the same in every panel.
-COLORS = {name: f"C{k % 10}" for k, name in enumerate(CONTENDERS)}
+COLORS = {name: f"C{k % 10}" for k, name in enumerate(CONTENDER_NAMES)}
 STYLES = {
     name: {
         "color": COLORS[name],
@@ -32,7 +32,7 @@ STYLES = {
         "markersize": 7,
         "linewidth": 1.6,
     }
-    for k, name in enumerate(CONTENDERS)
+    for k, name in enumerate(CONTENDER_NAMES)
 }
 #: Curves closer than this (relative, at every epoch) are said to coincide.
 COINCIDE = 1e-3

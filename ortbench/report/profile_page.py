@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from ..profiling.driver import EPOCH_LOOP, PROFILE_JSON
+from ..schema import EPOCH_LOOP, PROFILE_JSON
 from .markdown import markdown_to_html
 
 #: Profile files shown inline, in this order: markdown files (their own heading) and call

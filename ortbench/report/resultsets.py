@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bench.calibration import read_calibration
-from ..bench.store import KEYS, RESULTS_JSONL, SAMPLES, read_checked_records
-from ..training import OrtBenchError
+from ..bench.store import read_calibration, read_checked_records
+from ..errors import OrtBenchError
+from ..schema import KEYS, RESULTS_JSONL, SAMPLES
 
 #: The unit of deterministic counters: any increase is a regression.
 COUNT = "count"

@@ -17,8 +17,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
-from ..bench.contenders import CONTENDERS
 from ..bench.store import read_results
+from ..schema import CONTENDER_NAMES
 from .plots import COLORS, DPI, WIDTH
 
 SCALING_PNG = "scaling.png"
@@ -107,7 +107,7 @@ def write_scaling_plot(folder: str | Path) -> list[Path]:
     ok = _with_sizes(read_results(folder))
     if ok.empty:
         return []
-    order = {name: k for k, name in enumerate(CONTENDERS)}
+    order = {name: k for k, name in enumerate(CONTENDER_NAMES)}
     groups = list(ok.groupby(["dataset", "device"], sort=True))
     layout = []  # (group key, rows, panels) with panels = contenders + the size panel
     for key, rows in groups:

@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..bench.contenders import BASELINE, CONTENDERS
-from ..bench.contenders.base import MIN_EXTRA_SECONDS, SHORT_EPOCHS
-from ..bench.problems import problem_task
 from ..bench.store import read_results
+from ..schema import BASELINE, CONTENDER_NAMES, MIN_EXTRA_SECONDS, SHORT_EPOCHS, builtin_task
 from .plots import PLOT_CAPTIONS
 from .scaling import SCALING_CAPTION, SCALING_PNG, has_model_sizes
 from .units import format_seconds, round_to_noise
@@ -84,7 +82,7 @@ def group_baseline(rows: pd.DataFrame) -> str | None:
     named = rows["baseline"].dropna() if "baseline" in rows else pd.Series(dtype=object)
     named = [n for n in named.unique() if n]
     ran = set(rows.contender)
-    candidates = [*named, BASELINE, *(c for c in CONTENDERS if c.startswith("ort-"))]
+    candidates = [*named, BASELINE, *(c for c in CONTENDER_NAMES if c.startswith("ort-"))]
     return next((name for name in candidates if name in ran), None)
 
 
@@ -146,7 +144,7 @@ def _section_table(rows: pd.DataFrame) -> Table:
     """Every column a reader needs, the empty ones left out."""
     baseline = group_baseline(rows)
     base = _baseline_times(rows, baseline)
-    tasks = {problem_task(p) for p in rows.problem.unique()}
+    tasks = {builtin_task(p) for p in rows.problem.unique()}
     score = SCORE_NAMES.get(tasks.pop()) if len(tasks) == 1 else None
     columns: dict[str, tuple[bool, list[str]]] = {
         name: (numeric, [])

@@ -1,14 +1,9 @@
-"""The one exception ortbench raises for a user's mistake."""
+"""The engine's errors: :class:`OrtBenchError` (defined in :mod:`ortbench.errors`, which the
+reports import without the engine) and its subclasses."""
 
 from sklearn.exceptions import NotFittedError
 
-
-class OrtBenchError(ValueError):
-    """A bad input or a failed run, explained in one line.
-
-    Subclasses ValueError so scikit-learn's tooling (GridSearchCV's error_score,
-    check_estimator) treats it as the estimator's own validation error.
-    """
+from ..errors import OrtBenchError
 
 
 class ConvergenceError(OrtBenchError):

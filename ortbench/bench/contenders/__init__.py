@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...schema import BASELINE
 from ...training import OrtBenchError
 from ..problems import Problem
 from .base import Contender, Unavailable
@@ -36,9 +37,6 @@ CONTENDERS: dict[str, type[Contender]] = {
         JaxScan,
     )
 }
-
-#: The contender speed-ups are measured against.
-BASELINE = "sklearn-mlp-sgd"
 
 
 def make_contender(

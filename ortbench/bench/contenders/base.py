@@ -14,15 +14,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from ...schema import MIN_EXTRA_SECONDS, SHORT_EPOCHS
 from ..counters import RuntimeCounts
 from ..problems import Problem
 
-#: Epochs of the short timed fit; the long one runs ``long_fit_epochs(...)``.
-SHORT_EPOCHS = 1
-#: Seconds the long timed fit runs longer than the short one, at least: a fit's fixed part
-#: jumps by milliseconds now and then (a page fault, a garbage collection, the other core's
-#: work), which must stay small against the extra steps it is divided by.
-MIN_EXTRA_SECONDS = 0.05
 #: Long fits :func:`long_fit_epochs` times at most while it sizes them.
 MAX_SIZING_FITS = 8
 
