@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from ..training import OrtBenchError
-from . import ab_worker, timing
+from . import ab_worker, memory, timing
 from .checkouts import Checkout
 from .interruption import interruptible
 from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells, data_sizes
@@ -86,7 +86,9 @@ class Worker:
                     side.python,
                     "-c",
                     Path(ab_worker.__file__).read_text(encoding="utf-8"),
-                    timing.__file__,  # the worker times fits with this protocol
+                    # the worker measures with these two, whatever the side holds
+                    timing.__file__,
+                    memory.__file__,
                 ],
                 cwd=side.tree,
                 env=environment,

@@ -3,9 +3,9 @@
 The coordinator (:mod:`ortbench.bench.ab`) starts this file's source with ``python -c``
 in the side's checkout, with that checkout first on the path, so ``ortbench`` here is the
 side's own code: its contenders, problems and training engine. What this file itself
-does (the scores, the protocol) comes from the coordinator's version, and so does the
-timing: the coordinator names its own ``ortbench/bench/timing.py`` as this process's
-first argument, loaded here by its path. Both sides are thus measured the same way. Of
+does (the scores, the protocol) comes from the coordinator's version, and so do the
+timing and the peak memory: the coordinator names its own ``ortbench/bench/timing.py``
+and ``ortbench/bench/memory.py`` as this process's arguments, loaded here by their paths. Both sides are thus measured the same way. Of
 the side's ortbench it uses ``make_problem`` (``load_user_problem`` for a user's files),
 ``make_contender`` and the contender interface; a cell whose spec the side cannot build
 (an option its version lacks) fails with that reason.
@@ -23,14 +23,23 @@ import signal
 import sys
 
 
-class State:
-    """What the requests share: the coordinator's timing protocol (loaded from the file
-    at ``timing_path``), the fitted contenders by key and the heap settled for them."""
+def _load(name, path):
+    """The module of the file at ``path``, under ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a dataclass looks its module up while it is made
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, timing_path):
-        spec = importlib.util.spec_from_file_location("_ab_timing", timing_path)
-        self.timing = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(self.timing)
+
+class State:
+    """What the requests share: the coordinator's timing protocol and peak-memory
+    measurement (loaded from the files at ``timing_path`` and ``memory_path``), the
+    fitted contenders by key and the heap settled for them."""
+
+    def __init__(self, timing_path, memory_path):
+        self.timing = _load("_ab_timing", timing_path)
+        self.memory = _load("_ab_memory", memory_path)
         self.fitted = {}
         self.heap = contextlib.ExitStack()
 
@@ -93,7 +102,9 @@ def _prepare(request, state):
         row["initial_loss"] = problem.loss(
             data.y_train, contender.predict(data.X_train), weights[0]
         )
-        contender.fit(epochs)
+        with state.memory.peak_memory() as peak:
+            contender.fit(epochs)
+        row["peak_memory_mb"] = peak.mb
         row["final_train_loss"] = contender.loss_curve_[-1]
         validation = contender.predict(data.X_val)
         row["validation_loss"] = problem.loss(data.y_val, validation, weights[1])
@@ -133,13 +144,13 @@ def _finish(request, state):
 HANDLERS = {"hello": _hello, "prepare": _prepare, "time": _time, "finish": _finish}
 
 
-def serve(timing_path):
-    """Answer requests until stdin closes, timing fits with the protocol of the file at
-    ``timing_path``."""
+def serve(timing_path, memory_path):
+    """Answer requests until stdin closes, measuring with the files at ``timing_path``
+    and ``memory_path``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator handles Ctrl-C
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    state = State(timing_path)
+    state = State(timing_path, memory_path)
     for line in sys.stdin:
         request = json.loads(line)
         try:
@@ -150,4 +161,4 @@ def serve(timing_path):
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(*sys.argv[1:3])
