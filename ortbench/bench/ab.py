@@ -181,8 +181,7 @@ class CellSpec:
     @classmethod
     def of(cls, cell: Cell, config: BenchConfig, user: UserFiles | None = None) -> CellSpec:
         """The spec of a cell of the matrix, on the data ``bench`` sizes for it."""
-        sizes = {} if user is not None else data_sizes(cell, config)
-        return cls(**vars(cell), **sizes, user=user)
+        return cls(**vars(cell), **data_sizes(cell, config), user=user)
 
     def to_json(self) -> dict:
         """The spec as JSON values (what the worker is sent)."""
