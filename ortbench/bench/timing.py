@@ -23,6 +23,7 @@ import contextlib
 import gc
 import math
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -48,6 +49,7 @@ QUIET_WINDOW = 0.005
 QUIET_LIMIT = 1.0
 #: How the time per step was measured (the ``timing`` column).
 TIMING = "slope between {short}- and {long}-epoch fits"
+_TIMING_PATTERN = re.compile(r"slope between (\d+)- and (\d+)\+?-epoch fits")
 #: The status of a cell whose slopes are no measurement (see :func:`unstable`).
 UNSTABLE = "unstable"
 #: Added to ``timing`` when the wait for quiet before a fit gave up (other threads still ran).
@@ -161,6 +163,13 @@ def timing_column(long_epochs: int | str, quiet_gave_up: int = 0) -> str:
     if quiet_gave_up:
         text += QUIET_TIMEOUT.format(count=quiet_gave_up, limit=QUIET_LIMIT)
     return text
+
+
+def fit_lengths(timing: str) -> tuple[int, int] | None:
+    """The epochs of the short and long fits a ``timing`` column names (the fewest of the
+    long ones before it was sized); None when the text is not exactly :data:`TIMING`'s."""
+    match = _TIMING_PATTERN.fullmatch(timing)
+    return None if match is None else (int(match[1]), int(match[2]))
 
 
 def _others_running() -> bool | None:
