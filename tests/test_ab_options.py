@@ -12,7 +12,7 @@ import onnx
 import pandas as pd
 import pytest
 from sklearn.model_selection import train_test_split
-from test_user_model import W1, W2, numpy_forward, tanh_network
+from test_user_model import W2, numpy_forward, tanh_network
 
 from ortbench.bench.ab import BASE, HEAD, SIDE
 from ortbench.bench.datasets import VALIDATION_FRACTION
@@ -70,7 +70,6 @@ def user_files(tmp_path_factory) -> Path:
     X = rng.randn(240, 4).astype(np.float32)
     y = 2 * numpy_forward(X) + 1 + 0.1 * rng.randn(240)
     w = rng.uniform(0.2, 3, 240)
-    np.savez(folder / "data.npz", X=X, y=y)
     table = pd.DataFrame(X, columns=["a", "b", "c", "d"]).assign(target=y, w=w)
     table.to_csv(folder / "data.csv", index=False)
     return folder
@@ -93,28 +92,16 @@ WEIGHTED_OPTIONS = ["--target", "target", "--sample-weight", "w", "--loss", "abs
 WEIGHTED_OPTIONS += ["--weights", "W2", "b2"]
 
 
-@pytest.mark.parametrize(
-    "data, options, trained",
-    [
-        ("data.npz", [], W1.size + W1.shape[1] + W2.size + 1),
-        (
-            "data.csv",
-            WEIGHTED_OPTIONS,
-            W2.size + 1,
-        ),
-    ],
-)
-def test_a_users_model_and_data_on_both_sides(tmp_path, user_files, data, options, trained):
+def test_a_users_model_and_data_on_both_sides(tmp_path, user_files):
     """``--model``/``--data`` with ``--target``, ``--sample-weight``, ``--loss`` and
-    ``--weights``."""
-    files = ["--model", str(user_files / "model.onnx"), "--data", str(user_files / data)]
-    rows = run_ab(tmp_path, *files, *options)
+    ``--weights``, all in one run (each run starts two workers)."""
+    files = ["--model", str(user_files / "model.onnx"), "--data", str(user_files / "data.csv")]
+    rows = run_ab(tmp_path, *files, *WEIGHTED_OPTIONS)
     assert {side for _, side in rows} == {BASE, HEAD}
-    loss = "absolute_error" if "--loss" in options else "squared_error"
-    expected = initial_loss(user_files, loss, "--sample-weight" in options)
+    expected = initial_loss(user_files, "absolute_error", weighted=True)
     for (problem, _), row in rows.items():
-        assert problem == "model.onnx" and row["dataset"] == data
-        assert row["trained_values"] == trained
+        assert problem == "model.onnx" and row["dataset"] == "data.csv"
+        assert row["trained_values"] == W2.size + 1  # W2 and b2 only
         assert row["initial_loss"] == pytest.approx(expected, rel=1e-4)
 
 
