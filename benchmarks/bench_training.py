@@ -13,7 +13,7 @@ from ortbench.bench.memory import memory_growth
 from ortbench.bench.networks import NETWORKS
 from ortbench.bench.problems import sized_problems
 
-from .common import ENGINE_CONTENDERS, PARAM_NAMES, ContenderSuite, contender
+from .common import ENGINE_CONTENDERS, PARAM_NAMES, ContenderSuite, Settled, contender
 
 #: The network problems and the batch sizes they are timed at.
 NETWORK_PROBLEMS = list(NETWORKS)
@@ -25,12 +25,13 @@ TRACKED_FIT = 5
 LONG_FIT = 100
 
 
-class TimeEpoch(ContenderSuite):
+class TimeEpoch(ContenderSuite, Settled):
     """One more training epoch, the model already built and warmed up by a first epoch."""
 
     def setup(self, name, problem, batch_size, device):
         super().setup(name, problem, batch_size, device)
         self.contender.fit(1)
+        self.settle()
 
     def time_epoch(self, name, problem, batch_size, device):
         self.contender.continue_fit(1)
@@ -112,7 +113,7 @@ THREAD_PARAMS = [
 ]
 
 
-class ThreadChoice:
+class ThreadChoice(Settled):
     """One more epoch of the engine's trainers on one intra-op thread, on onnxruntime's
     pool (every core) and with ``'auto'``, on the regression MLP at three sizes: what
     ``intra_op_threads='auto'`` should pick at each size (CPU only)."""
@@ -125,6 +126,7 @@ class ThreadChoice:
         self.contender = contender(name, problem, batch_size, "cpu")
         self.contender.intra_op_threads = THREAD_SETTINGS[threads]
         self.contender.fit(1)
+        self.settle()
 
     def time_epoch(self, name, problem, batch_size, threads):
         self.contender.continue_fit(1)

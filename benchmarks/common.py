@@ -1,12 +1,15 @@
-"""What every suite shares: the parameter axes, and one base class that makes a cell's
-contender."""
+"""What every suite shares: the parameter axes, one base class that makes a cell's
+contender, and one that times as the timing protocol does."""
 
 from __future__ import annotations
+
+import contextlib
 
 from ortbench.bench.contenders import CONTENDERS, Contender, Unavailable, make_contender
 from ortbench.bench.contenders.ort import OrtContender
 from ortbench.bench.machine import available_devices
 from ortbench.bench.problems import default_datasets, make_problem, sized_problems
+from ortbench.bench.timing import settled_heap
 from ortbench.training import OrtBenchError
 
 CONTENDER_NAMES = list(CONTENDERS)
@@ -55,3 +58,19 @@ def contender(name: str, problem: str, batch_size: int, device: str) -> Contende
         return make_contender(name, make_problem(problem, *dataset), batch_size, device)
     except (Unavailable, OrtBenchError) as e:  # one line naming the reason, asv skips the cell
         raise NotImplementedError(str(e)) from None
+
+
+class Settled:
+    """A suite whose timed code runs as the timing protocol's fits do: its ``setup`` ends
+    with :meth:`settle`, which collects the garbage of building, keeps what is left out
+    of later collections and waits for the warm-up's threads to stop spinning
+    (:func:`ortbench.bench.timing.settled_heap`); ``teardown`` releases the heap."""
+
+    def settle(self) -> None:
+        self.heap = contextlib.ExitStack()
+        self.heap.enter_context(settled_heap())
+
+    def teardown(self, *params) -> None:
+        heap = getattr(self, "heap", None)
+        if heap is not None:
+            heap.close()

@@ -200,7 +200,17 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Options of ``bench`` that ``ab`` takes but cannot honour, and why.
+AB_REFUSES = {
+    "keep_going": "ab's exit status is its verdict",
+    "baseline": "ab compares each contender with itself on the other side",
+}
+
+
 def _ab(args: argparse.Namespace) -> int:
+    for name, reason in AB_REFUSES.items():
+        if getattr(args, name):
+            raise OrtBenchError(f"--{name.replace('_', '-')} is for bench only: {reason}")
     if args.threshold <= 0:
         raise OrtBenchError(f"--threshold must be > 0, got {args.threshold}")
     if not 0 <= args.warn <= args.threshold:
@@ -231,19 +241,22 @@ def _ab(args: argparse.Namespace) -> int:
         return 0
     start = time.perf_counter()
 
+    shown: list[Progress] = []
+
     def progress(done: int, total: int, paired: PairedCell) -> None:
         times = ", ".join(
             f"{name} {format_seconds(statistics.median(r.samples)) if r.samples else r.row['status']}"
             for name, r in paired.sides.items()
         )
-        elapsed = time.perf_counter() - start
-        print(f"[{done}/{total} {elapsed:4.0f}s] {paired.cell.label}: {times}", file=sys.stderr)
+        if not shown:
+            shown.append(Progress(total, "ortbench ab", "cell"))
+        shown[0].step(f"{paired.cell.label}: {times}", time.perf_counter() - start)
 
     labels = tuple(side_label(vars(s)) for s in sides.values())
     try:
         with started(folder, sides) as workers:
             writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
-            run_ab(config, workers, writer, run_id, progress, only=todo)
+            run_ab(config, workers, writer, run_id, progress, todo, UserFiles.from_options(args))
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
             comparison = ab_comparison(folder, labels, args.threshold, args.warn)

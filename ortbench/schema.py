@@ -89,15 +89,6 @@ ORT_PROBE = "ort-one-node"
 #: (older runs' calibrations also hold the baseline contender, which drift leaves out).
 MACHINE_PROBES = (NUMPY_PROBE, ORT_PROBE)
 
-# --- the timing method, as the reports state it
-
-#: Epochs of the short timed fit; the long one runs ``long_fit_epochs(...)``.
-SHORT_EPOCHS = 1
-#: Seconds the long timed fit runs longer than the short one, at least: a fit's fixed part
-#: jumps by milliseconds now and then (a page fault, a garbage collection, the other core's
-#: work), which must stay small against the extra steps it is divided by.
-MIN_EXTRA_SECONDS = 0.05
-
 # --- contenders and problems
 
 #: Every contender of :data:`ortbench.bench.contenders.CONTENDERS`, in its order (which

@@ -15,10 +15,10 @@ import pytest
 
 from ortbench.bench.ab import AB_REPEAT, Worker, alternation, run_ab
 from ortbench.bench.checkouts import Checkout, mismatched_pins
-from ortbench.bench.contenders.base import MIN_EXTRA_SECONDS, SHORT_EPOCHS
 from ortbench.bench.machine import machine, versions
 from ortbench.bench.matrix import BenchConfig
 from ortbench.bench.store import COLUMNS, KEYS, ResultsWriter, read_records
+from ortbench.bench.timing import MIN_EXTRA_SECONDS, SHORT_EPOCHS
 from ortbench.cli import main
 from ortbench.report.paired import (
     ALPHA,

@@ -17,20 +17,20 @@ import pandas as pd
 import pytest
 
 from ortbench.bench import matrix
-from ortbench.bench.contenders.base import (
+from ortbench.bench.contenders.base import Contender
+from ortbench.bench.matrix import BenchConfig, run_matrix
+from ortbench.bench.problems import make_problem
+from ortbench.bench.store import RESULTS_CSV, ResultsWriter, read_records
+from ortbench.bench.timing import (
     MIN_EXTRA_SECONDS,
     QUIET_LIMIT,
     SHORT_EPOCHS,
     SPREAD_BOUND,
-    Contender,
     long_fit_epochs,
     slope,
     unstable,
     wait_until_quiet,
 )
-from ortbench.bench.matrix import BenchConfig, run_matrix
-from ortbench.bench.problems import make_problem
-from ortbench.bench.store import RESULTS_CSV, ResultsWriter, read_records
 
 #: A step of the sleeping contender, and what each of its fits pays once.
 STEP = 0.002

@@ -12,11 +12,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import math
 import os
 import subprocess
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -24,13 +23,13 @@ import numpy as np
 
 from ..schema import BASE, FITS, HEAD, POSITIONS, SIDES
 from ..training import OrtBenchError
-from . import ab_worker
+from . import ab_worker, memory, timing
 from .checkouts import Checkout
-from .contenders.base import QUIET_LIMIT, SHORT_EPOCHS, long_fit_epochs, slope
 from .interruption import interruptible
-from .matrix import MIN_BATCHES, QUIET_TIMEOUT, TIMING, BenchConfig, Cell, _problem, _row, cells
-from .problems import make_problem
+from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells, data_sizes
 from .store import COLUMNS, ResultsWriter
+from .timing import SHORT_EPOCHS, TimedFits, slope, step_columns, timing_column
+from .user_model import UserFiles
 
 #: Threads of the BLAS and OpenMP pools in a worker unless the environment sets them: the
 #: pools' threads spin for a while after each call, and in the idle worker they would take
@@ -75,7 +74,14 @@ class Worker:
         environment = {**THREADS, **os.environ, "PYTHONPATH": str(side.tree)}
         with open(log, "ab") as stderr:
             self.process = subprocess.Popen(
-                [side.python, "-c", Path(ab_worker.__file__).read_text(encoding="utf-8")],
+                [
+                    side.python,
+                    "-c",
+                    Path(ab_worker.__file__).read_text(encoding="utf-8"),
+                    # the worker measures with these two, whatever the side holds
+                    timing.__file__,
+                    memory.__file__,
+                ],
                 cwd=side.tree,
                 env=environment,
                 stdin=subprocess.PIPE,
@@ -132,9 +138,6 @@ class SideResult:
     fits: list[float] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     loss_curve: list[float] = field(default_factory=list)
-    #: fits after which the worker's wait for quiet gave up (workers that predate the
-    #: count never report one)
-    quiet_wait_gave_up: int = 0
 
     @property
     def ok(self) -> bool:
@@ -149,7 +152,35 @@ class PairedCell:
     sides: dict[str, SideResult]
 
 
-def _prepare(side: Side, cell: Cell, config: BenchConfig) -> SideResult:
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything a worker needs to build a cell's problem and contender, sent whole.
+
+    The hidden layers' sizes are part of the problem's name (``mlp-256-128``); ``user``
+    holds the files and options of ``--model``/``--data`` (their target and weight
+    columns, trained initializers and loss), None for a built-in problem.
+    """
+
+    contender: str
+    problem: str
+    dataset: str
+    batch_size: int
+    device: str
+    n_samples: int | None = None
+    n_features: int | None = None
+    user: UserFiles | None = None
+
+    @classmethod
+    def of(cls, cell: Cell, config: BenchConfig, user: UserFiles | None = None) -> CellSpec:
+        """The spec of a cell of the matrix, on the data ``bench`` sizes for it."""
+        return cls(**vars(cell), **data_sizes(cell, config), user=user)
+
+    def to_json(self) -> dict:
+        """The spec as JSON values (what the worker is sent)."""
+        return json.loads(json.dumps(asdict(self)))
+
+
+def _prepare(side: Side, cell: Cell, config: BenchConfig, user: UserFiles | None) -> SideResult:
     """Build, fit once and score the cell on one side, on the data ``bench`` sizes for it."""
     problem = _problem(cell, config)
     row = _row(cell, config, problem)
@@ -157,59 +188,30 @@ def _prepare(side: Side, cell: Cell, config: BenchConfig) -> SideResult:
     if rows < MIN_BATCHES * cell.batch_size:
         reason = f"batch size {cell.batch_size} is more than an eighth of {rows} training rows"
         return SideResult({**row, "status": f"unavailable: {reason}"})
-    default = make_problem(cell.problem, cell.dataset, n_samples=config.n_samples)
-    n_samples = config.n_samples if problem is default else rows + len(problem.data.X_val)
-    reply = side.request(
-        "prepare", key=cell.label, cell=vars(cell), epochs=config.epochs, n_samples=n_samples
-    )
+    spec = CellSpec.of(cell, config, user).to_json()
+    reply = side.request("prepare", key=cell.label, cell=spec, epochs=config.epochs)
     if "error" in reply:
         return SideResult({**row, "status": f"failed: {reply['error']}"})
     return SideResult({**row, **reply})
 
 
-def _durations(
-    results: list[PairedCell], sides: dict[str, Side], order: tuple[str, str], epochs: list[int]
-) -> dict[tuple[int, str], float]:
-    """One fit of ``epochs[k]`` epochs of every cell ``k`` on each side in ``order``; a fit
-    that breaks marks that side's cell failed."""
-    durations = {}
-    for k, paired in enumerate(results):
-        for name in order:
-            result = paired.sides[name]
-            if not result.ok:
-                continue
-            reply = sides[name].request("time", key=paired.cell.label, epochs=epochs[k])
-            if "error" in reply:
-                result.row["status"] = f"failed: {reply['error']}"
-            else:
-                durations[k, name] = reply["seconds"]
-                result.quiet_wait_gave_up += bool(reply.get("quiet_wait_gave_up"))
-    return durations
-
-
-def _long_epochs(paired: PairedCell, sides: dict[str, Side], config: BenchConfig) -> int:
-    """The epochs of a cell's long fits, the same on both sides: sized by timing fits on
-    both until the long one outlasts the short one by the target on each side
-    (:func:`~.contenders.base.long_fit_epochs`)."""
-
-    def time_fits(epochs: int) -> dict:
-        durations = _durations([paired], sides, (BASE, HEAD), [epochs])
-        return {name: seconds for (_, name), seconds in durations.items()}
-
-    return long_fit_epochs(time_fits, config.epochs)
-
-
-def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side]) -> list:
+def run_pair_group(
+    group: list[Cell],
+    config: BenchConfig,
+    sides: dict[str, Side],
+    user: UserFiles | None = None,
+) -> list[PairedCell]:
     """Run cells that differ only by contender on both sides, timed fits alternated.
 
-    Every cell is prepared (built, fitted once, scored) on both sides, and the length of
-    its long fits sized on both (``epochs`` or more epochs more than the short fit, enough
-    to outlast it by :data:`~.contenders.base.MIN_EXTRA_SECONDS` on each side; the same on
-    both). Then each round times a short fit (``SHORT_EPOCHS`` epochs) of every cell on both
-    sides, then a long one, as ``bench`` does. The sides take turns in the
-    order ``alternation(repeat)[k]`` in round ``k``. A round's sample of a side is the
-    slope between its two fits: the time per step without what a fit pays once. A side
-    whose cell failed or could not run is skipped; a fit that breaks marks it failed.
+    Every cell is prepared (built, fitted once, scored) on both sides from its
+    :class:`CellSpec`, and the length of its long fits sized on both by the protocol of
+    :mod:`.timing` (``epochs`` or more epochs more than the short fit, enough to outlast
+    it by :data:`~.timing.MIN_EXTRA_SECONDS` on each side; the same on both). Then each
+    round times a short fit (``SHORT_EPOCHS`` epochs) of every cell on both sides, then a
+    long one, as ``bench`` does. The sides take turns in the order
+    ``alternation(repeat)[k]`` in round ``k``. A round's sample of a side is the slope
+    between its two fits: the time per step without what a fit pays once. A side whose
+    cell failed or could not run is skipped; a fit that breaks marks it failed.
 
     Returns
     -------
@@ -218,38 +220,48 @@ def run_pair_group(group: list[Cell], config: BenchConfig, sides: dict[str, Side
         with their places in the cell's order of samples (both sides counted).
     """
     results = [
-        PairedCell(cell, {name: _prepare(side, cell, config) for name, side in sides.items()})
+        PairedCell(cell, {name: _prepare(side, cell, config, user) for name, side in sides.items()})
         for cell in group
     ]
-    long_epochs = [_long_epochs(paired, sides, config) for paired in results]
-    for paired, epochs in zip(results, long_epochs):
-        for result in paired.sides.values():
+
+    def fit(key: tuple[int, str], epochs: int) -> tuple[float, bool] | None:
+        k, name = key
+        result = results[k].sides[name]
+        if not result.ok:
+            return None
+        reply = sides[name].request("time", key=results[k].cell.label, epochs=epochs)
+        if "error" in reply:
+            result.row["status"] = f"failed: {reply['error']}"
+            return None
+        return reply["seconds"], bool(reply.get("quiet_wait_gave_up"))
+
+    fits = TimedFits(fit)
+    long_epochs = {}
+    for k in range(len(results)):
+        epochs = fits.long_epochs([(k, BASE), (k, HEAD)], config.epochs)
+        long_epochs.update({(k, BASE): epochs, (k, HEAD): epochs})
+        for result in results[k].sides.values():
             if result.ok:
-                result.row["timing"] = TIMING.format(short=SHORT_EPOCHS, long=epochs)
-    for order in alternation(config.repeat):
-        short = _durations(results, sides, order, [SHORT_EPOCHS] * len(results))
-        long = _durations(results, sides, order, long_epochs)
-        for k, paired in enumerate(results):
-            for name in order:
-                result = paired.sides[name]
-                if not result.ok or (k, name) not in long:
-                    continue
-                steps = result.row["steps"] // config.epochs
-                per_step, per_fit = slope(
-                    short[k, name], long[k, name], SHORT_EPOCHS * steps, long_epochs[k] * steps
-                )
-                result.positions.append(sum(len(r.samples) for r in paired.sides.values()))
-                result.samples.append(per_step)
-                result.overheads.append(per_fit)
-                result.fits.append(long[k, name] / (long_epochs[k] * steps))
-    for paired in results:
+                result.row["timing"] = timing_column(epochs)
+    orders = [
+        [(k, name) for k in range(len(results)) for name in order]
+        for order in alternation(config.repeat)
+    ]
+    for durations in fits.rounds(long_epochs, orders):
+        for (k, name), (short, long) in durations.items():
+            result = results[k].sides[name]
+            steps = result.row["steps"] // config.epochs
+            epochs = long_epochs[k, name]
+            per_step, per_fit = slope(short, long, SHORT_EPOCHS * steps, epochs * steps)
+            result.positions.append(sum(len(r.samples) for r in results[k].sides.values()))
+            result.samples.append(per_step)
+            result.overheads.append(per_fit)
+            result.fits.append(long / (epochs * steps))
+    for k, paired in enumerate(results):
         for name, result in paired.sides.items():
             if not result.ok:
                 continue
-            if result.quiet_wait_gave_up:
-                result.row["timing"] += QUIET_TIMEOUT.format(
-                    count=result.quiet_wait_gave_up, limit=QUIET_LIMIT
-                )
+            result.row["timing"] = timing_column(long_epochs[k, name], fits.quiet_gave_up[k, name])
             reply = sides[name].request("finish", key=paired.cell.label)
             result.loss_curve = reply.pop("loss_curve", [])
             result.row.update(reply)
@@ -266,15 +278,10 @@ AB_JSON = "ab.json"
 
 def _side_row(paired: PairedCell, name: str, context: dict, run_id: str) -> dict:
     result = paired.sides[name]
-    row = dict.fromkeys(COLUMNS, math.nan) | context | result.row
+    row = dict.fromkeys(COLUMNS, np.nan) | context | result.row
     row.update(run_id=run_id, side=name)
     if result.ok and result.samples:
-        row.update(
-            seconds_per_step=float(np.median(result.samples)),
-            seconds_per_step_min=min(result.samples),
-            seconds_per_step_max=max(result.samples),
-            seconds_per_fit_overhead=float(np.median(result.overheads)),
-        )
+        row.update(step_columns(result.samples, result.overheads))
     return row
 
 
@@ -312,6 +319,7 @@ def run_ab(
     run_id: str,
     progress: Callable[[int, int, PairedCell], None] | None = None,
     only: Collection[Cell] | None = None,
+    user: UserFiles | None = None,
 ) -> int:
     """Run every cell of the matrix on both sides, group by group (see
     :func:`run_pair_group`), and append both sides' rows as each group finishes.
@@ -331,6 +339,8 @@ def run_ab(
         Called with (cells done, cells, cell) as each cell finishes.
     only : collection of Cell, optional
         Run these cells of the matrix only (a shard, see :mod:`.shard`).
+    user : UserFiles, optional
+        The files of ``--model``/``--data``: each side's worker loads them itself.
 
     Returns
     -------
@@ -352,7 +362,7 @@ def run_ab(
         for _, group in itertools.groupby(
             todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
         ):
-            results = run_pair_group(list(group), config, sides)
+            results = run_pair_group(list(group), config, sides, user)
             with signals.deferred():  # a group's rows are written whole
                 for paired in results:
                     for name, result in paired.sides.items():

@@ -3,21 +3,45 @@
 The coordinator (:mod:`ortbench.bench.ab`) starts this file's source with ``python -c``
 in the side's checkout, with that checkout first on the path, so ``ortbench`` here is the
 side's own code: its contenders, problems and training engine. What this file itself
-does (the timing, the scores, the protocol) comes from the coordinator's version, so
-both sides are measured the same way. It therefore only uses what every version of
-ortbench has: ``make_problem``, ``make_contender`` and the contender interface.
+does (the scores, the protocol) comes from the coordinator's version, and so do the
+timing and the peak memory: the coordinator names its own ``ortbench/bench/timing.py``
+and ``ortbench/bench/memory.py`` as this process's arguments, loaded here by their paths. Both sides are thus measured the same way. Of
+the side's ortbench it uses ``make_problem`` (``load_user_problem`` for a user's files),
+``make_contender`` and the contender interface; a cell whose spec the side cannot build
+(an option its version lacks) fails with that reason.
 
 Protocol: one JSON object per line on stdin, one reply per line on the channel (the
 original stdout; anything a library prints goes to stderr, the side's log). Replies
 carry ``error`` when the request failed. The process ends at the end of its input.
 """
 
-import gc
+import contextlib
+import importlib.util
 import json
 import os
 import signal
 import sys
-import time
+
+
+def _load(name, path):
+    """The module of the file at ``path``, under ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a dataclass looks its module up while it is made
+    spec.loader.exec_module(module)
+    return module
+
+
+class State:
+    """What the requests share: the coordinator's timing protocol and peak-memory
+    measurement (loaded from the files at ``timing_path`` and ``memory_path``), the
+    fitted contenders by key and the heap settled for them."""
+
+    def __init__(self, timing_path, memory_path):
+        self.timing = _load("_ab_timing", timing_path)
+        self.memory = _load("_ab_memory", memory_path)
+        self.fitted = {}
+        self.heap = contextlib.ExitStack()
 
 
 def _first_line(error):
@@ -25,7 +49,7 @@ def _first_line(error):
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _hello(request, fitted):
+def _hello(request, state):
     """Where the side's ortbench was imported from, its versions and the machine (none
     when the side has no ``ortbench.bench.machine`` to tell them)."""
     import ortbench
@@ -39,75 +63,76 @@ def _hello(request, fitted):
     return {"ortbench": os.path.dirname(ortbench.__file__), "context": context}
 
 
-def _prepare(request, fitted):
-    """Build the contender of one cell, fit it once, score it (the row's columns)."""
-    from ortbench.bench.contenders import Unavailable, make_contender
+def _problem(spec):
+    """The cell's problem, built by the side's ortbench from the spec (see
+    ``ortbench.bench.ab.CellSpec``)."""
     from ortbench.bench.problems import make_problem
 
-    cell = request["cell"]
-    kwargs = {} if request["n_samples"] is None else {"n_samples": request["n_samples"]}
-    problem = make_problem(cell["problem"], cell["dataset"], **kwargs)
+    user = spec["user"]
+    if user is not None:
+        from ortbench.bench.user_model import UserFiles, load_user_problem
+
+        tuples = {key: tuple(user[key]) for key in ("data", "weights") if user[key] is not None}
+        return load_user_problem(UserFiles(**{**user, **tuples}))
+    sizes = {key: spec[key] for key in ("n_samples", "n_features") if spec[key] is not None}
+    return make_problem(spec["problem"], spec["dataset"], **sizes)
+
+
+def _prepare(request, state):
+    """Build the contender of one cell, fit it once, score it (the row's columns)."""
+    from ortbench.bench.contenders import Unavailable, make_contender
+
+    spec = request["cell"]
+    problem = _problem(spec)
     epochs = request["epochs"]
-    row = {"steps": epochs * problem.steps_per_epoch(cell["batch_size"]), "status": "ok"}
+    row = {
+        "trained_values": problem.trained_values,
+        "steps": epochs * problem.steps_per_epoch(spec["batch_size"]),
+        "status": "ok",
+    }
     try:
-        contender = make_contender(cell["contender"], problem, cell["batch_size"], cell["device"])
+        contender = make_contender(spec["contender"], problem, spec["batch_size"], spec["device"])
     except Unavailable as e:
         return {**row, "status": f"unavailable: {e}"}
     except ValueError as e:  # a contender this side does not have
         return {**row, "status": f"unavailable: {_first_line(e)}"}
     data = problem.data
+    weights = getattr(data, "w_train", None), getattr(data, "w_val", None)
     try:
-        row["initial_loss"] = problem.loss(data.y_train, contender.predict(data.X_train))
-        contender.fit(epochs)
+        row["initial_loss"] = problem.loss(
+            data.y_train, contender.predict(data.X_train), weights[0]
+        )
+        with state.memory.peak_memory() as peak:
+            contender.fit(epochs)
+        row["peak_memory_mb"] = peak.mb
         row["final_train_loss"] = contender.loss_curve_[-1]
         validation = contender.predict(data.X_val)
-        row["validation_loss"] = problem.loss(data.y_val, validation)
+        row["validation_loss"] = problem.loss(data.y_val, validation, weights[1])
         row["validation_score"] = problem.score(data.y_val, validation)
     except Exception as e:
         return {**row, "status": f"failed: {_first_line(e)}"}
-    fitted[request["key"]] = contender
-    # what building left behind is collected now and kept out of the collections that
-    # would otherwise run inside timed fits, as bench does (``settled_heap``)
-    gc.collect()
-    gc.freeze()
-    _wait_until_quiet()
+    state.fitted[request["key"]] = contender
+    # what building left behind is kept out of the collections that would otherwise run
+    # inside timed fits, until the last contender is finished
+    state.heap.enter_context(state.timing.settled_heap())
     return row
 
 
-def _wait_until_quiet(window=0.005, limit=1.0):
-    """Sleep until no thread of this process runs (the CPU time grows by under a tenth
-    of ``window`` in a window), at most ``limit`` seconds: BLAS and OpenMP threads keep
-    spinning after a fit, and the other side's next fit must not share the cores with
-    them. ``bench`` does the same (``contenders.base.wait_until_quiet``); this file
-    cannot import it, since the side's ortbench may be older. False when it gave up."""
-    start = time.perf_counter()
-    while time.perf_counter() - start < limit:
-        cpu = time.process_time()
-        time.sleep(window)
-        if time.process_time() - cpu < window / 10:
-            return True
-    return False
-
-
-def _time(request, fitted):
+def _time(request, state):
     """The duration in seconds of one fit of ``epochs`` epochs from the current weights,
     replied once this process is quiet again (``quiet_wait_gave_up`` when it did not
     become quiet in time)."""
-    contender = fitted[request["key"]]
-    start = time.perf_counter()
-    contender.continue_fit(request["epochs"])
-    seconds = time.perf_counter() - start
-    if not _wait_until_quiet():
-        return {"seconds": seconds, "quiet_wait_gave_up": True}
-    return {"seconds": seconds}
+    contender = state.fitted[request["key"]]
+    seconds, gave_up = state.timing.timed_fit(contender, request["epochs"])
+    return {"seconds": seconds, "quiet_wait_gave_up": gave_up}
 
 
-def _finish(request, fitted):
+def _finish(request, state):
     """The contender's loss curve and counters; the contender is released, and once none
     is left, what was kept out of garbage collection goes back into it."""
-    contender = fitted.pop(request["key"])
-    if not fitted:
-        gc.unfreeze()
+    contender = state.fitted.pop(request["key"])
+    if not state.fitted:
+        state.heap.close()
     reply = {"loss_curve": [float(v) for v in contender.loss_curve_]}
     counts = contender.runtime_counts()
     if counts is not None:
@@ -119,20 +144,21 @@ def _finish(request, fitted):
 HANDLERS = {"hello": _hello, "prepare": _prepare, "time": _time, "finish": _finish}
 
 
-def serve():
-    """Answer requests until stdin closes."""
+def serve(timing_path, memory_path):
+    """Answer requests until stdin closes, measuring with the files at ``timing_path``
+    and ``memory_path``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator handles Ctrl-C
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    fitted = {}
+    state = State(timing_path, memory_path)
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            reply = HANDLERS[request["command"]](request, fitted)
+            reply = HANDLERS[request["command"]](request, state)
         except Exception as e:
             reply = {"error": _first_line(e)}
         channel.write(json.dumps(reply) + "\n")
 
 
 if __name__ == "__main__":
-    serve()
+    serve(*sys.argv[1:3])

@@ -2,8 +2,9 @@
 tell a slower machine from slower code.
 
 Two probes of the machine alone, timed like the cells of a group: each is prepared once,
-then in each of ``repeat`` rounds every probe gets one untimed warm-up and one timed run,
-in turn. No contender is a probe: the change under test could move it.
+then, on the settled heap of the timing protocol (:func:`.timing.settled_heap`), each of
+``repeat`` rounds gives every probe one untimed warm-up and one timed run, in turn. No
+contender is a probe: the change under test could move it.
 
 - ``numpy-matmul``: one float32 matrix product, 256 x 256 by 256 x 256, on one BLAS
   thread (a pool of threads on a busy machine measures contention more than speed);
@@ -30,6 +31,7 @@ from ..training.capi import Binding, make_session
 from ..training.graph_builder import GraphBuilder
 from ..training.runtime import cpu_scalar, session_options
 from .store import read_calibration
+from .timing import settled_heap
 
 _SIZE = 256
 _ORT_RUNS = 200
@@ -96,10 +98,11 @@ def calibrate(repeat: int) -> dict[str, list[float]]:
     """
     probes = {NUMPY_PROBE: _numpy_probe(), ORT_PROBE: _OrtLoop()}
     samples: dict[str, list[float]] = {name: [] for name in probes}
-    for _ in range(repeat):
-        for name, run in probes.items():
-            run()  # warm-up, as a cell's timed fit follows one untimed epoch
-            samples[name].append(run())
+    with settled_heap():
+        for _ in range(repeat):
+            for name, run in probes.items():
+                run()  # warm-up, as a cell's timed fit follows one untimed epoch
+                samples[name].append(run())
     return samples
 
 

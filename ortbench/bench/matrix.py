@@ -19,31 +19,27 @@ import numpy as np
 
 from ..training import NoGradientError, OrtBenchError
 from .contenders import CONTENDERS, Contender, Unavailable, make_contender
-from .contenders.base import (
-    QUIET_LIMIT,
-    SHORT_EPOCHS,
-    long_fit_epochs,
-    settled_heap,
-    slope,
-    unstable,
-    wait_until_quiet,
-)
 from .datasets import GENERATED, VALIDATION_FRACTION
 from .interruption import interruptible
 from .machine import available_devices, kernels, machine, versions
 from .memory import peak_memory
 from .problems import Problem, check_problems, make_problem
 from .store import MEASURED, ResultsWriter
+from .timing import (
+    SHORT_EPOCHS,
+    UNSTABLE,
+    TimedFits,
+    settled_heap,
+    slope,
+    step_columns,
+    timed_fit,
+    timing_column,
+    unstable,
+)
 
 DEVICES = ("cpu", "cuda")
 #: Full batches a timed epoch holds at least: no time per step is mostly padding.
 MIN_BATCHES = 8
-#: How the time per step was measured (the ``timing`` column).
-TIMING = "slope between {short}- and {long}-epoch fits"
-#: The status of a cell whose slopes are no measurement (see ``contenders.base.unstable``).
-UNSTABLE = "unstable"
-#: Added to ``timing`` when the wait for quiet before a fit gave up (other threads still ran).
-QUIET_TIMEOUT = "; quiet wait gave up after {count} fits ({limit:g} s each)"
 
 
 @dataclass(frozen=True)
@@ -157,15 +153,20 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _problem(cell: Cell, config: BenchConfig) -> Problem:
-    """The cell's problem; a generated data set grows to hold :data:`MIN_BATCHES` full
-    batches of the cell's size in its training split."""
+def data_sizes(cell: Cell, config: BenchConfig) -> dict[str, int | None]:
+    """The ``n_samples`` and ``n_features`` of the cell's data set: the configuration's,
+    a generated data set grown to hold :data:`MIN_BATCHES` full batches of the cell's size
+    in its training split."""
     sizes = {"n_samples": config.n_samples, "n_features": config.n_features}
     problem = make_problem(cell.problem, cell.dataset, **sizes)
     if cell.dataset in GENERATED and len(problem.data.X_train) < MIN_BATCHES * cell.batch_size:
         sizes["n_samples"] = math.ceil(MIN_BATCHES * cell.batch_size / (1 - VALIDATION_FRACTION))
-        problem = make_problem(cell.problem, cell.dataset, **sizes)
-    return problem
+    return sizes
+
+
+def _problem(cell: Cell, config: BenchConfig) -> Problem:
+    """The cell's problem, on the data :func:`data_sizes` sizes."""
+    return make_problem(cell.problem, cell.dataset, **data_sizes(cell, config))
 
 
 def _row(cell: Cell, config: BenchConfig, problem: Problem) -> dict:
@@ -177,7 +178,7 @@ def _row(cell: Cell, config: BenchConfig, problem: Problem) -> dict:
         "epochs": config.epochs,
         "steps": config.epochs * problem.steps_per_epoch(cell.batch_size),
         "repeat": config.repeat,
-        "timing": TIMING.format(short=SHORT_EPOCHS, long=f"{SHORT_EPOCHS + config.epochs}+"),
+        "timing": timing_column(f"{SHORT_EPOCHS + config.epochs}+"),
         "status": "ok",
     }
 
@@ -231,21 +232,19 @@ def run_group(
 ) -> list[CellResult]:
     """Run cells that differ only by contender, their timed fits interleaved.
 
-    Every contender is fitted once first. Then each of the ``repeat`` rounds times a short
-    fit (``SHORT_EPOCHS`` epochs) of every contender in turn, then a long fit of every
-    contender in turn, all continuing from the trained weights. A contender's long fit runs
-    ``epochs`` or more epochs more than its short one, sized before the rounds by timing
-    fits until it lasts at least :data:`~.contenders.base.MIN_EXTRA_SECONDS` longer
-    (:func:`~.contenders.base.long_fit_epochs`; the ``timing`` column says how many). Each fit starts once the threads of the one
-    before have stopped spinning (:func:`~.contenders.base.wait_until_quiet`). The round's
-    sample of a cell is the slope between its two fits
-    (:func:`~.contenders.base.slope`): its time per step without what a fit pays once,
-    which the row keeps apart as ``seconds_per_fit_overhead``. Both fits of a contender
-    start after another contender's fit, so the cache misses at a fit's start cancel out
-    too. A drift of the machine's speed during the group touches every contender alike,
-    which keeps their ratios honest on a noisy machine. A cell whose slopes are no
-    measurement (:func:`~.contenders.base.unstable`) keeps them, with the status
-    "unstable: <reason>".
+    Every contender is fitted once first. Then the protocol of :mod:`.timing` sizes each
+    contender's long fit (``epochs`` or more epochs more than the short one, enough to
+    outlast it by :data:`~.timing.MIN_EXTRA_SECONDS`; the ``timing`` column says how
+    many), and each of the ``repeat`` rounds times a short fit of every contender in
+    turn, then a long fit of every contender in turn, all continuing from the trained
+    weights, each once the threads of the one before have stopped spinning. The round's
+    sample of a cell is the slope between its two fits (:func:`~.timing.slope`): its time
+    per step without what a fit pays once, which the row keeps apart as
+    ``seconds_per_fit_overhead``. Both fits of a contender start after another
+    contender's fit, so the cache misses at a fit's start cancel out too. A drift of the
+    machine's speed during the group touches every contender alike, which keeps their
+    ratios honest on a noisy machine. A cell whose slopes are no measurement
+    (:func:`~.timing.unstable`) keeps them, with the status "unstable: <reason>".
 
     Raises
     ------
@@ -279,23 +278,17 @@ def run_group(
 def _finish(
     row: dict,
     contender: Contender | None,
-    shorts: list[float],
-    longs: list[float],
+    pairs: list[tuple[float, float]],
     long_epochs: int,
     interrupted: Callable[[], bool],
 ) -> CellResult:
-    """The cell's result from the durations of its short and long timed fits."""
+    """The cell's result from the durations of its rounds' short and long timed fits."""
     if contender is None:
         return CellResult(row)
     steps = contender.problem.steps_per_epoch(contender.batch_size)
-    pairs = [slope(s, t, SHORT_EPOCHS * steps, long_epochs * steps) for s, t in zip(shorts, longs)]
-    times = [p[0] for p in pairs]
-    row.update(
-        seconds_per_step=float(np.median(times)),
-        seconds_per_step_min=min(times),
-        seconds_per_step_max=max(times),
-        seconds_per_fit_overhead=float(np.median([p[1] for p in pairs])),
-    )
+    slopes = [slope(s, t, SHORT_EPOCHS * steps, long_epochs * steps) for s, t in pairs]
+    times = [p[0] for p in slopes]
+    row.update(step_columns(times, [p[1] for p in slopes]))
     reason = unstable(times)
     if reason is not None:
         row["status"] = f"{UNSTABLE}: {reason}"
@@ -308,49 +301,34 @@ def _finish(
 
 def _timed_fits(
     contenders: list, config: BenchConfig, rows: list[dict], interrupted: Callable[[], bool]
-) -> list[tuple[list[float], list[float], int]]:
-    """The short and long fits' durations of each contender, round after round, and the
-    epochs of its long fits (sized first, see :func:`~.contenders.base.long_fit_epochs`); a
-    contender whose fit breaks gets a failed status and becomes None in ``contenders``. A
-    row's ``timing`` says after how many of its fits the wait for quiet gave up."""
-    shorts, longs = [[] for _ in contenders], [[] for _ in contenders]
-    gave_up = [0] * len(contenders)
+) -> list[tuple[list[tuple[float, float]], int]]:
+    """The (short, long) durations of each contender's rounds and the epochs of its long
+    fits (see :class:`~.timing.TimedFits`); a contender whose fit breaks gets a failed
+    status and becomes None in ``contenders``. A row's ``timing`` says after how many of
+    its fits the wait for quiet gave up."""
 
-    def timed(k: int, epochs: int) -> float | None:
+    def fit(k: int, epochs: int) -> tuple[float, bool] | None:
+        if contenders[k] is None:
+            return None
         try:
-            seconds = contenders[k].time_fit(epochs)
+            result = timed_fit(contenders[k], epochs)
         except Exception as e:
             rows[k]["status"] = f"failed: {_first_line(e)}"
             contenders[k] = None
             return None
-        if wait_until_quiet() >= QUIET_LIMIT:  # its spinning threads off the next fit
-            gave_up[k] += 1
         _check(interrupted)
-        return seconds
+        return result
 
-    long_epochs = [0] * len(contenders)
-    for k in range(len(contenders)):
-        if contenders[k] is None:
-            continue
-
-        def time_fits(epochs: int, k: int = k) -> dict:
-            seconds = timed(k, epochs) if contenders[k] is not None else None
-            return {} if seconds is None else {k: seconds}
-
-        long_epochs[k] = long_fit_epochs(time_fits, config.epochs)
-        rows[k]["timing"] = TIMING.format(short=SHORT_EPOCHS, long=long_epochs[k])
-    for _ in range(config.repeat):
-        for durations in (shorts, longs):
-            for k, contender in enumerate(contenders):
-                if contender is None:
-                    continue
-                seconds = timed(k, long_epochs[k] if durations is longs else SHORT_EPOCHS)
-                if seconds is not None:
-                    durations[k].append(seconds)
-    for row, count in zip(rows, gave_up):
-        if count:
-            row["timing"] += QUIET_TIMEOUT.format(count=count, limit=QUIET_LIMIT)
-    return list(zip(shorts, longs, long_epochs))
+    fits = TimedFits(fit)
+    running = [k for k, contender in enumerate(contenders) if contender is not None]
+    long_epochs = {k: fits.long_epochs([k], config.epochs) for k in running}
+    pairs: list[list[tuple[float, float]]] = [[] for _ in contenders]
+    for durations in fits.rounds(long_epochs, [running] * config.repeat):
+        for k, pair in durations.items():
+            pairs[k].append(pair)
+    for k in running:
+        rows[k]["timing"] = timing_column(long_epochs[k], fits.quiet_gave_up[k])
+    return [(pairs[k], long_epochs.get(k, 0)) for k in range(len(contenders))]
 
 
 def run_matrix(

@@ -30,11 +30,11 @@ from ..training import OrtBenchError
 from .machine import machine
 from .matrix import BenchConfig, Cell, cells
 from .store import KEYS, read_records
+from .timing import fit_lengths
 
 SHARD_JSON = "shard.json"
 #: What ``shard.json`` holds.
 _FIELDS = ("command", "shard", "ortbench_version", "matrix", "settings", "machine", "cells")
-_TIMING = re.compile(r"slope between (\d+)- and (\d+)\+?-epoch fits")
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,11 @@ def _record_seconds(record: dict) -> float | None:
     """A finished row's expected wall time: its first fit and its rounds of a short and a
     long timed fit (lengths from its ``timing`` column), each paying the fixed cost."""
     per_step, overhead = record.get("seconds_per_step"), record.get("seconds_per_fit_overhead")
-    match = _TIMING.fullmatch(str(record.get("timing", "")))
-    if record.get("status") != "ok" or per_step is None or match is None:
+    lengths = fit_lengths(str(record.get("timing", "")))
+    if record.get("status") != "ok" or per_step is None or lengths is None:
         return None
     steps_per_epoch = record["steps"] / record["epochs"]
-    epochs = record["epochs"] + record["repeat"] * (int(match[1]) + int(match[2]))
+    epochs = record["epochs"] + record["repeat"] * sum(lengths)
     fits = 1 + 2 * record["repeat"]
     return max(per_step, 0.0) * steps_per_epoch * epochs + max(overhead or 0.0, 0.0) * fits
 

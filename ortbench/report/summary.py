@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..bench.store import read_results
-from ..schema import BASELINE, CONTENDER_NAMES, MIN_EXTRA_SECONDS, SHORT_EPOCHS, builtin_task
+from ..bench.timing import MIN_EXTRA_SECONDS, SHORT_EPOCHS
+from ..schema import BASELINE, CONTENDER_NAMES, builtin_task
 from .plots import PLOT_CAPTIONS
 from .scaling import SCALING_CAPTION, SCALING_PNG, has_model_sizes
 from .units import format_seconds, round_to_noise
