@@ -26,6 +26,7 @@ from ortbench.bench.timing import (
     QUIET_LIMIT,
     SHORT_EPOCHS,
     SPREAD_BOUND,
+    UNSTABLE,
     long_fit_epochs,
     slope,
     unstable,
@@ -344,7 +345,9 @@ def test_a_signal_during_a_scikit_learn_fit_stops_the_run(tmp_path, signum):
     (folder,) = tmp_path.iterdir()
     results = pd.read_csv(folder / RESULTS_CSV)
     assert list(results.batch_size) == [32, 1]
-    assert list(results.status) == ["ok", "interrupted"]
+    # a loaded machine may time the finished cell as unstable: measured all the same
+    assert results.status[0] == "ok" or results.status[0].startswith(UNSTABLE), results.status[0]
+    assert results.status[1] == "interrupted"
     assert np.isfinite(results.seconds_per_step[0]) and np.isnan(results.seconds_per_step[1])
     assert len(read_records(folder)[0]["seconds_per_step_samples"]) == 10
     assert "| 32 | sklearn-mlp-sgd |" in (folder / "summary.md").read_text()
