@@ -14,12 +14,12 @@ import pytest
 from sklearn.model_selection import train_test_split
 from test_user_model import W2, numpy_forward, tanh_network
 
-from ortbench.bench.ab import BASE, HEAD, SIDE
 from ortbench.bench.datasets import VALIDATION_FRACTION
 from ortbench.bench.problems import make_problem
 from ortbench.bench.store import read_records
 from ortbench.cli import main
 from ortbench.report.paired import ab_comparison
+from ortbench.schema import BASE, HEAD, SIDE
 
 ROOT = Path(__file__).resolve().parent.parent
 #: One portable contender (any onnxruntime build), one small batch, the fewest rounds the
