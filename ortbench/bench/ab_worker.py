@@ -12,6 +12,7 @@ original stdout; anything a library prints goes to stderr, the side's log). Repl
 carry ``error`` when the request failed. The process ends at the end of its input.
 """
 
+import functools
 import gc
 import json
 import os
@@ -102,6 +103,31 @@ def _time(request, fitted):
     return {"seconds": seconds}
 
 
+def _count(request, fitted):
+    """One fit of ``epochs`` epochs from the current weights with callgrind's
+    instrumentation on around it only, its counts dumped under ``label`` (see
+    ``ortbench.bench.instructions``; the worker runs under valgrind)."""
+    start, stop, dump = _client(request["client"])
+    fit = fitted[request["key"]].continue_fit
+    epochs, label = request["epochs"], request["label"].encode()
+    gc.collect()  # every counted fit starts with the collector's counts at zero
+    start()
+    fit(epochs)
+    stop()
+    dump(label)
+    return {}
+
+
+@functools.lru_cache
+def _client(path):
+    """The compiled callgrind client requests at ``path``: start, stop and dump, looked up
+    once (a first lookup inside a counted fit would be counted)."""
+    import ctypes
+
+    library = ctypes.CDLL(path)
+    return library.ortbench_count_start, library.ortbench_count_stop, library.ortbench_count_dump
+
+
 def _finish(request, fitted):
     """The contender's loss curve and counters; the contender is released, and once none
     is left, what was kept out of garbage collection goes back into it."""
@@ -116,7 +142,13 @@ def _finish(request, fitted):
     return reply
 
 
-HANDLERS = {"hello": _hello, "prepare": _prepare, "time": _time, "finish": _finish}
+HANDLERS = {
+    "hello": _hello,
+    "prepare": _prepare,
+    "time": _time,
+    "count": _count,
+    "finish": _finish,
+}
 
 
 def serve():
