@@ -587,7 +587,9 @@ def _parser() -> argparse.ArgumentParser:
     ab.add_argument("base", metavar="BASE", help="git ref or checkout folder")
     ab.add_argument("head", metavar="HEAD", help="git ref or checkout folder")
     ab.add_argument(
-        "--repeat", type=int, help=f"timing rounds per cell and side (default {AB_REPEAT})"
+        "--repeat",
+        type=int,
+        help=f"rounds per cell and side (default {AB_REPEAT}; {ROUNDS} when counting instructions)",
     )
     ab.add_argument(
         "--threshold", type=float, default=0.10, help="relative change that counts (0.10)"

@@ -7,6 +7,7 @@ missing.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ from ortbench.bench.instructions import (
 )
 from ortbench.bench.matrix import BenchConfig, Cell
 from ortbench.report.instruction_verdicts import THRESHOLD, instructions_verdict
-from ortbench.report.verdicts import REGRESSED
+from ortbench.report.verdicts import FAILED, IMPROVED, NOT_SIGNIFICANT, REGRESSED, UNCHANGED
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A contender every onnxruntime build runs, on a small data set.
@@ -128,3 +129,26 @@ def test_a_planted_operation_per_step_regresses(base, tmp_path):
     assert max(rows[BASE][SPREAD], rows[HEAD][SPREAD]) < THRESHOLD / 2
     dump = Path(f"{head.dumps}.1")
     assert totals(dump)[0].startswith(CELL.label)
+
+
+def _row(per_step: float, spread: float, status: str = "ok") -> dict:
+    return {"status": status, PER_STEP: per_step, SPREAD: spread}
+
+
+@pytest.mark.parametrize(
+    "head, verdict",
+    [
+        (_row(101.0, 0.0005), REGRESSED),
+        (_row(99.0, 0.0005), IMPROVED),
+        (_row(100.3, 0.0005), UNCHANGED),
+        (_row(101.0, THRESHOLD / 2), NOT_SIGNIFICANT),  # the rounds cannot back it
+        (_row(math.nan, math.nan, "failed: RuntimeError"), FAILED),
+    ],
+)
+def test_the_verdict_is_a_threshold_backed_by_the_spread(head, verdict):
+    assert instructions_verdict("cell", _row(100.0, 0.0005), head, THRESHOLD).verdict == verdict
+
+
+def test_runs_that_timed_their_fits_get_no_instruction_verdict():
+    timed = {"status": "ok"}
+    assert instructions_verdict("cell", timed, timed, THRESHOLD) is None
