@@ -1,17 +1,20 @@
-"""Instructions per training step, counted by valgrind's callgrind (``ab --measure instructions``).
+"""Instructions per training step counted by callgrind (``ab --measure instructions``).
 
 Each side's worker (:mod:`.ab_worker`) runs under ``valgrind --tool=callgrind
 --instr-atstart=no``: nothing is counted until the worker switches instrumentation on,
 which it does around one fit at a time through callgrind's client requests, then dumps
 that fit's counts under a label. The client requests are three C functions compiled once
-from valgrind's ``callgrind.h`` into the cache and loaded with ctypes (:func:`client_library`).
+from valgrind's ``callgrind.h`` into the cache and loaded with ctypes
+(:func:`client_library`).
 
 Per cell and side, after the cell is built, fitted once and fitted :data:`WARM_FITS`
-times more, counts dropped (bytecode specialised, caches and lazy set-up warm), every round counts a short fit
-(``SHORT_EPOCHS`` epochs) and a long one (``epochs`` more): the slope between them is the
-count per step, free of what a fit pays once, as the time protocol does.
+times more, counts dropped (bytecode specialised, caches and lazy set-up warm), every
+round counts a short fit (``SHORT_EPOCHS`` epochs) and a long one (``epochs`` more): the
+slope between them is the count per step, free of what a fit pays once, as the time
+protocol does.
 
-What moves the counts is pinned: ``PYTHONHASHSEED=0``; the worker is bound to one CPU, so
+What moves the counts is pinned: ``PYTHONHASHSEED=0``; the garbage collector's counts are
+zeroed before each counted fit (by a collection); the worker is bound to one CPU, so
 onnxruntime sizes its intra-op pool to the one thread that calls it (no pool thread spins
 between kernels, and spinning would be counted), and BLAS/OpenMP pools get one thread;
 glibc's allocator gets one arena and fixed mmap and trim thresholds, not thresholds that
@@ -57,9 +60,9 @@ PINNED = {
 #: Counting rounds per cell and side unless ``--repeat`` says otherwise: the counts differ
 #: between rounds by far less than a change worth a verdict, so a few show the spread.
 ROUNDS = 3
-#: Fits counted and dropped before the counted ones: Python specialises a function's bytecode after
-#: it has run a few times, so what a fit pays once keeps falling over its first fits
-#: (``docs/benchmarks.md``).
+#: Fits counted and dropped before the counted ones: Python specialises a function's
+#: bytecode after it has run a few times, so what a fit pays once keeps falling over its
+#: first fits (``docs/benchmarks.md``).
 WARM_FITS = 10
 #: The JSON fields of a row: the median count per step, each round's count per step, their
 #: relative spread ((max - min) / median), and the median count a fit pays once.
