@@ -220,9 +220,9 @@ def run_count_group(
     """Count the instructions per step of cells on both sides.
 
     Every cell is prepared (built, fitted once, scored) on both sides and warmed
-    (:meth:`CountingWorker.warm`). Then each of ``config.repeat`` rounds counts a short fit (``SHORT_EPOCHS``
-    epochs) and a long one (``config.epochs`` more) of every cell on each side; the slope
-    between them is the round's count per step. The rows get the median count per step,
+    (:meth:`CountingWorker.warm`). Then each of ``config.repeat`` rounds counts a short
+    fit (``SHORT_EPOCHS`` epochs) and a long one (``config.epochs`` more) of every cell on
+    each side; the slope between them is the round's count per step. The rows get the median count per step,
     the rounds' counts and their spread (see :data:`PER_STEP`); a fit that breaks marks
     that side's cell failed.
 
