@@ -256,6 +256,7 @@ def _ab(args: argparse.Namespace) -> int:
         "threshold": args.threshold,
         "warn": args.warn,
         "instructions_threshold": args.instructions_threshold,
+        "measure": args.measure,  # shards that measured differently do not merge
     }
     if not _start_shard(args, folder, config, todo, settings):
         write_sides(folder, sides)
