@@ -19,7 +19,10 @@ from .bench.ab import (
     AB_JSON,
     AB_REPEAT,
     PairedCell,
+    SideResult,
+    Worker,
     run_ab,
+    run_pair_group,
     side_label,
     started,
     write_sides,
@@ -28,6 +31,7 @@ from .bench.calibration import write_calibration
 from .bench.checkouts import DEFAULT_CACHE, checkout
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
+from .bench.instructions import ROUNDS, counting_worker, run_count_group
 from .bench.matrix import (
     DEVICES,
     QUICK,
@@ -66,10 +70,11 @@ from .errors import OrtBenchError
 from .profiling.driver import ProfileRequest, profile
 from .progress import Progress
 from .report.html import write_index, write_reports
+from .report.instruction_verdicts import THRESHOLD as INSTRUCTIONS_THRESHOLD
 from .report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, blocks, min_pvalue
 from .report.summary import SUMMARY_MD
 from .report.units import format_seconds
-from .schema import SIDE, SIDES
+from .schema import PER_STEP, SIDE, SIDES
 
 
 def _names(values: list[str]) -> tuple[str, ...]:
@@ -215,8 +220,16 @@ def _ab(args: argparse.Namespace) -> int:
         raise OrtBenchError(f"--threshold must be > 0, got {args.threshold}")
     if not 0 <= args.warn <= args.threshold:
         raise OrtBenchError(f"--warn must be between 0 and --threshold, got {args.warn}")
-    args.repeat = args.repeat or AB_REPEAT
-    if min_pvalue(blocks(args.repeat)) >= ALPHA:
+    if args.instructions_threshold <= 0:
+        raise OrtBenchError(
+            f"--instructions-threshold must be > 0, got {args.instructions_threshold}"
+        )
+    counting = args.measure == "instructions"
+    worker = counting_worker(Path(args.cache)) if counting else Worker
+    args.repeat = args.repeat or (ROUNDS if counting else AB_REPEAT)
+    if counting and args.repeat < 2:
+        raise OrtBenchError(f"--repeat {args.repeat}: counting needs 2 rounds for a spread")
+    if not counting and min_pvalue(blocks(args.repeat)) >= ALPHA:
         raise OrtBenchError(
             f"--repeat {args.repeat} is too few pairs for the paired test to reach p < {ALPHA}"
         )
@@ -235,7 +248,13 @@ def _ab(args: argparse.Namespace) -> int:
     folder = create_run_folder(args.out, run_id_now())
     run_id = folder.name
     log(f"writing {folder}")
-    settings = {"threshold": args.threshold, "warn": args.warn}
+    thresholds = (args.threshold, args.warn, args.instructions_threshold)
+    settings = {
+        "threshold": args.threshold,
+        "warn": args.warn,
+        "instructions_threshold": args.instructions_threshold,
+        "measure": args.measure,  # shards that measured differently do not merge
+    }
     if not _start_shard(args, folder, config, todo, settings):
         write_sides(folder, sides)
         return 0
@@ -243,40 +262,46 @@ def _ab(args: argparse.Namespace) -> int:
 
     shown: list[Progress] = []
 
+    def measured(result: SideResult) -> str:
+        if result.samples:
+            return format_seconds(statistics.median(result.samples))
+        if PER_STEP in result.details:
+            return f"{result.details[PER_STEP]:,.0f} instructions"
+        return result.row["status"]
+
     def progress(done: int, total: int, paired: PairedCell) -> None:
-        times = ", ".join(
-            f"{name} {format_seconds(statistics.median(r.samples)) if r.samples else r.row['status']}"
-            for name, r in paired.sides.items()
-        )
+        times = ", ".join(f"{name} {measured(r)}" for name, r in paired.sides.items())
         if not shown:
             shown.append(Progress(total, "ortbench ab", "cell"))
         shown[0].step(f"{paired.cell.label}: {times}", time.perf_counter() - start)
 
     labels = tuple(side_label(vars(s)) for s in sides.values())
     try:
-        with started(folder, sides) as workers:
+        with started(folder, sides, worker) as workers:
             writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
-            run_ab(config, workers, writer, run_id, progress, todo, UserFiles.from_options(args))
+            user = UserFiles.from_options(args)
+            run_group = run_count_group if counting else run_pair_group
+            run_ab(config, workers, writer, run_id, progress, todo, user, run_group)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
-            comparison = ab_comparison(folder, labels, args.threshold, args.warn)
+            comparison = ab_comparison(folder, labels, *thresholds)
             (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return _ab_verdict(folder, labels, args.threshold, args.warn, log)
+    return _ab_verdict(folder, labels, thresholds, log)
 
 
 def _ab_verdict(
     folder: Path,
     labels: tuple[str, ...],
-    threshold: float,
-    warn: float,
+    thresholds: tuple[float, float, float],
     log: Callable[[str], None],
     note: str = "",
 ) -> int:
-    """Judge an A/B run folder from all its rows at once, write and print ``ab.md``
-    (``note`` as its last paragraph) and return the exit status."""
-    comparison = ab_comparison(folder, labels, threshold, warn)
+    """Judge an A/B run folder from all its rows at once (``thresholds``: threshold, warn
+    and instructions threshold), write and print ``ab.md`` (``note`` as its last
+    paragraph) and return the exit status."""
+    comparison = ab_comparison(folder, labels, *thresholds)
     text = ab_markdown(comparison) + (f"\n{note}\n" if note else "")
     (folder / AB_MD).write_text(text, encoding="utf-8")
     print(text)
@@ -307,7 +332,12 @@ def _merge(args: argparse.Namespace) -> int:
         def log(line: str) -> None:
             print(f"ortbench merge: {line}", file=sys.stderr)
 
-        return _ab_verdict(folder, labels, settings["threshold"], settings["warn"], log, note)
+        thresholds = (
+            settings["threshold"],
+            settings["warn"],
+            settings.get("instructions_threshold", INSTRUCTIONS_THRESHOLD),
+        )
+        return _ab_verdict(folder, labels, thresholds, log, note)
     print(write_reports(folder))
     statuses = [record["status"] for record in read_records(folder)]
     if "ok" not in statuses:
@@ -478,14 +508,31 @@ def add_ab(commands: argparse._SubParsersAction, bench: argparse.ArgumentParser)
     ab.add_argument("base", metavar="BASE", help="git ref or checkout folder")
     ab.add_argument("head", metavar="HEAD", help="git ref or checkout folder")
     ab.add_argument(
-        "--repeat", type=int, help=f"timing rounds per cell and side (default {AB_REPEAT})"
+        "--repeat",
+        type=int,
+        help=f"rounds per cell and side (default {AB_REPEAT}; {ROUNDS} when counting instructions)",
     )
     ab.add_argument(
         "--threshold", type=float, default=0.10, help="relative change that counts (0.10)"
     )
     ab.add_argument("--warn", type=float, default=0.05, help="relative slowdown that warns (0.05)")
     ab.add_argument(
-        "--cache", default=str(DEFAULT_CACHE), help="exported trees and virtualenvs (%(default)s)"
+        "--cache",
+        default=str(DEFAULT_CACHE),
+        help="exported trees, virtualenvs and the callgrind client (%(default)s)",
+    )
+    ab.add_argument(
+        "--measure",
+        choices=("time", "instructions"),
+        default="time",
+        help="time the fits, or count their instructions under valgrind's callgrind "
+        f"(needs valgrind and a C compiler; {ROUNDS} rounds unless --repeat)",
+    )
+    ab.add_argument(
+        "--instructions-threshold",
+        type=float,
+        default=INSTRUCTIONS_THRESHOLD,
+        help=f"relative change of instructions per step that counts ({INSTRUCTIONS_THRESHOLD})",
     )
     ab.set_defaults(func=_ab)
 

@@ -79,6 +79,13 @@ SIDE = "side"
 POSITIONS = "fit_positions"
 #: The JSON field holding each round's long fit in seconds per step.
 FITS = "long_fit_seconds_per_step"
+#: The JSON fields of a row of ``ab --measure instructions``: the median count per step,
+#: each round's count per step, their relative spread ((max - min) / median), and the
+#: median count a fit pays once.
+PER_STEP = "instructions_per_step"
+INSTRUCTION_SAMPLES = "instructions_per_step_samples"
+SPREAD = "instructions_per_step_spread"
+PER_FIT = "instructions_per_fit_overhead"
 
 # --- the machine's calibration
 

@@ -337,7 +337,7 @@ def fake_sides(monkeypatch):
             return reply
 
     @contextlib.contextmanager
-    def started(folder, sides):
+    def started(folder, sides, worker=None):
         write_sides(folder, sides)
         log: list = []
         yield {BASE: FakeSide(BASE, log, 1.0), HEAD: Slower(HEAD, log, 1.0)}

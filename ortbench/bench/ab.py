@@ -14,7 +14,7 @@ import itertools
 import json
 import os
 import subprocess
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -66,28 +66,46 @@ class Worker:
         The tree and interpreter to run.
     log : Path
         The worker's stderr goes there (warnings, tracebacks).
+    launcher : sequence of str, optional
+        A command that runs the worker's interpreter (valgrind, see :mod:`.instructions`).
+    environment : mapping, optional
+        Variables that override the environment (by default only the thread pools are
+        pinned, where the environment does not set them).
+    preexec_fn : callable, optional
+        Called in the child before it runs the command (``subprocess.Popen``).
     """
 
-    def __init__(self, name: str, side: Checkout, log: Path):
+    def __init__(
+        self,
+        name: str,
+        side: Checkout,
+        log: Path,
+        launcher: Sequence[str] = (),
+        environment: Mapping[str, str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ):
         self.name = name
         self.log = log
-        environment = {**THREADS, **os.environ, "PYTHONPATH": str(side.tree)}
+        variables = {**THREADS, **os.environ, **(environment or {}), "PYTHONPATH": str(side.tree)}
+        source = Path(ab_worker.__file__).read_text(encoding="utf-8")
         with open(log, "ab") as stderr:
             self.process = subprocess.Popen(
                 [
+                    *launcher,
                     side.python,
                     "-c",
-                    Path(ab_worker.__file__).read_text(encoding="utf-8"),
+                    source,
                     # the worker measures with these two, whatever the side holds
                     timing.__file__,
                     memory.__file__,
                 ],
                 cwd=side.tree,
-                env=environment,
+                env=variables,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
+                preexec_fn=preexec_fn,
             )
         hello = self.request("hello")
         expected = side.tree / "ortbench"
@@ -138,6 +156,8 @@ class SideResult:
     fits: list[float] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     loss_curve: list[float] = field(default_factory=list)
+    #: further fields of the row's JSON line (the instruction counts)
+    details: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -298,14 +318,18 @@ def side_label(side: dict) -> str:
 
 
 @contextlib.contextmanager
-def started(folder: Path, sides: dict[str, Checkout]) -> Iterator[dict[str, Worker]]:
-    """One worker per side, logging into ``folder`` (where ``ab.json`` records the
-    sides); the workers end with the block."""
+def started(
+    folder: Path,
+    sides: dict[str, Checkout],
+    worker: Callable[[str, Checkout, Path], Worker] = Worker,
+) -> Iterator[dict[str, Worker]]:
+    """One worker per side, made by ``worker``, logging into ``folder`` (where
+    ``ab.json`` records the sides); the workers end with the block."""
     write_sides(folder, sides)
     workers: dict[str, Worker] = {}
     try:
         for name, side in sides.items():
-            workers[name] = Worker(name, side, folder / f"worker-{name}.log")
+            workers[name] = worker(name, side, folder / f"worker-{name}.log")
         yield workers
     finally:
         for worker in workers.values():
@@ -320,6 +344,7 @@ def run_ab(
     progress: Callable[[int, int, PairedCell], None] | None = None,
     only: Collection[Cell] | None = None,
     user: UserFiles | None = None,
+    run_group: Callable[..., list] = run_pair_group,
 ) -> int:
     """Run every cell of the matrix on both sides, group by group (see
     :func:`run_pair_group`), and append both sides' rows as each group finishes.
@@ -341,6 +366,9 @@ def run_ab(
         Run these cells of the matrix only (a shard, see :mod:`.shard`).
     user : UserFiles, optional
         The files of ``--model``/``--data``: each side's worker loads them itself.
+    run_group : callable, optional
+        What runs a group of cells on both sides: the timed fits (:func:`run_pair_group`),
+        or the counted ones (:func:`.instructions.run_count_group`).
 
     Returns
     -------
@@ -362,12 +390,13 @@ def run_ab(
         for _, group in itertools.groupby(
             todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
         ):
-            results = run_pair_group(list(group), config, sides, user)
+            results = run_group(list(group), config, sides, user)
             with signals.deferred():  # a group's rows are written whole
                 for paired in results:
                     for name, result in paired.sides.items():
                         row = _side_row(paired, name, sides[name].context, run_id)
                         details = {POSITIONS: result.positions, FITS: result.fits}
+                        details.update(result.details)
                         writer.append(row, result.samples, result.loss_curve, **details)
             if signals.came():
                 raise KeyboardInterrupt

@@ -16,6 +16,8 @@ carry ``error`` when the request failed. The process ends at the end of its inpu
 """
 
 import contextlib
+import functools
+import gc
 import importlib.util
 import json
 import os
@@ -127,6 +129,31 @@ def _time(request, state):
     return {"seconds": seconds, "quiet_wait_gave_up": gave_up}
 
 
+def _count(request, state):
+    """One fit of ``epochs`` epochs from the current weights with callgrind's
+    instrumentation on around it only, its counts dumped under ``label`` (see
+    ``ortbench.bench.instructions``; the worker runs under valgrind)."""
+    start, stop, dump = _client(request["client"])
+    fit = state.fitted[request["key"]].continue_fit
+    epochs, label = request["epochs"], request["label"].encode()
+    gc.collect()  # every counted fit starts with the collector's counts at zero
+    start()
+    fit(epochs)
+    stop()
+    dump(label)
+    return {}
+
+
+@functools.lru_cache
+def _client(path):
+    """The compiled callgrind client requests at ``path``: start, stop and dump, looked up
+    once (a first lookup inside a counted fit would be counted)."""
+    import ctypes
+
+    library = ctypes.CDLL(path)
+    return library.ortbench_count_start, library.ortbench_count_stop, library.ortbench_count_dump
+
+
 def _finish(request, state):
     """The contender's loss curve and counters; the contender is released, and once none
     is left, what was kept out of garbage collection goes back into it."""
@@ -141,7 +168,13 @@ def _finish(request, state):
     return reply
 
 
-HANDLERS = {"hello": _hello, "prepare": _prepare, "time": _time, "finish": _finish}
+HANDLERS = {
+    "hello": _hello,
+    "prepare": _prepare,
+    "time": _time,
+    "count": _count,
+    "finish": _finish,
+}
 
 
 def serve(timing_path, memory_path):

@@ -53,7 +53,8 @@ class Merged:
 
     #: ``bench`` or ``ab``
     command: str
-    #: the report's settings (``ab``: ``threshold`` and ``warn``)
+    #: the report's settings (``ab``: ``threshold``, ``warn``, ``instructions_threshold``
+    #: and ``measure``)
     settings: dict
     #: shard folder -> machine description, when the shards' machines differ (else empty)
     machines: dict[str, dict]

@@ -24,7 +24,8 @@ from scipy import stats
 
 from ..bench.store import read_records
 from ..errors import OrtBenchError
-from ..schema import BASE, FITS, HEAD, KEYS, POSITIONS, SAMPLES, SIDE
+from ..schema import BASE, FITS, HEAD, KEYS, PER_STEP, POSITIONS, SAMPLES, SIDE
+from .instruction_verdicts import THRESHOLD, instructions_verdict
 from .resultsets import COUNT, Measurement
 from .units import format_value
 from .verdicts import (
@@ -210,8 +211,10 @@ def ab_comparison(
     labels: tuple[str, str] = (BASE, HEAD),
     threshold: float = 0.10,
     warn: float = 0.05,
+    instructions_threshold: float = THRESHOLD,
 ) -> Comparison:
-    """The verdicts of an A/B run folder: counters exactly, times on block ratios.
+    """The verdicts of an A/B run folder: counters exactly, times on block ratios,
+    instruction counts on a threshold (:mod:`.instruction_verdicts`).
 
     Parameters
     ----------
@@ -221,6 +224,8 @@ def ab_comparison(
         How the report names BASE and HEAD.
     threshold, warn : float
         The minimum relative change that regresses (or improves), and that warns.
+    instructions_threshold : float
+        The relative change of instructions per step that regresses (or improves).
 
     Returns
     -------
@@ -244,6 +249,9 @@ def ab_comparison(
         if len(sides) == 2:
             decided, pending = _cell_verdicts(params, sides[BASE], sides[HEAD], threshold, warn)
             verdicts += decided
+            counted = instructions_verdict(params, sides[BASE], sides[HEAD], instructions_threshold)
+            if counted is not None:
+                verdicts.append(counted)
             if pending is not None:
                 tested.append(pending)
     tests = adjusted([test for *_, test in tested])
@@ -291,13 +299,23 @@ def _section(title: str, verdicts: list[Verdict]) -> list[str]:
     return lines
 
 
+#: How the report explains the instruction verdicts.
+INSTRUCTIONS_NOTE = (
+    "Instructions counted by callgrind in the training steps only. BASE, HEAD: median "
+    "instructions per step over the rounds, slope between a short and a long fit. A change "
+    "counts when the ratio HEAD / BASE is beyond the threshold and each side's spread over "
+    "its rounds is under half of it."
+)
+
+
 def ab_markdown(comparison: Comparison) -> str:
     """The A/B report: counters (exact) first, then times judged on paired ratios."""
     counts = comparison.counts()
     tally = ", ".join(f"{counts[v]} {v}" for v in ORDER if counts[v])
     headline = "Regressions found" if comparison.failing else "No regression"
-    counters = [v for v in comparison.verdicts if v.benchmark != "seconds_per_step"]
+    counters = [v for v in comparison.verdicts if v.benchmark not in ("seconds_per_step", PER_STEP)]
     times = [v for v in comparison.verdicts if v.benchmark == "seconds_per_step"]
+    counted = [v for v in comparison.verdicts if v.benchmark == PER_STEP]
     lines = [
         f"## A/B benchmarks: {headline}",
         "",
@@ -311,16 +329,20 @@ def ab_markdown(comparison: Comparison) -> str:
             "Counters: onnxruntime runs and new OrtValues per step (any increase regresses)",
             counters,
         )
-    lines += _section("Time per step", times)
-    lines += [
-        "",
-        "Timed fits alternate between the sides in blocks of two rounds (A B B A). BASE, "
-        "HEAD: median time per step, slope between a short and a long fit. Ratio: the median "
-        "over the blocks of HEAD's long fits over BASE's long fits in the block. A change "
-        "counts when the signed-rank test of those ratios, its p-value adjusted over every "
-        f"cell of the run (Benjamini-Hochberg), gives p < {ALPHA} and the ratio is beyond "
-        f"{comparison.threshold:.0%}; warnings are significant slowdowns beyond "
-        f"{comparison.warn:.0%}, improvements significant speed-ups beyond "
-        f"{comparison.warn:.0%}.",
-    ]
+    if counted:
+        lines += _section("Instructions per step (callgrind)", counted)
+        lines += ["", INSTRUCTIONS_NOTE]
+    if times or not counted:
+        lines += _section("Time per step", times)
+        lines += [
+            "",
+            "Timed fits alternate between the sides in blocks of two rounds (A B B A). BASE, "
+            "HEAD: median time per step, slope between a short and a long fit. Ratio: the median "
+            "over the blocks of HEAD's long fits over BASE's long fits in the block. A change "
+            "counts when the signed-rank test of those ratios, its p-value adjusted over every "
+            f"cell of the run (Benjamini-Hochberg), gives p < {ALPHA} and the ratio is beyond "
+            f"{comparison.threshold:.0%}; warnings are significant slowdowns beyond "
+            f"{comparison.warn:.0%}, improvements significant speed-ups beyond "
+            f"{comparison.warn:.0%}.",
+        ]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,271 @@
+"""Instructions per training step counted by callgrind (``ab --measure instructions``).
+
+Each side's worker (:mod:`.ab_worker`) runs under ``valgrind --tool=callgrind
+--instr-atstart=no``: nothing is counted until the worker switches instrumentation on,
+which it does around one fit at a time through callgrind's client requests, then dumps
+that fit's counts under a label. The client requests are three C functions compiled once
+from valgrind's ``callgrind.h`` into the cache and loaded with ctypes
+(:func:`client_library`).
+
+Per cell and side, after the cell is built, fitted once and fitted :data:`WARM_FITS`
+times more, counts dropped (bytecode specialised, caches and lazy set-up warm), every
+round counts a short fit (``SHORT_EPOCHS`` epochs) and a long one (``epochs`` more): the
+slope between them is the count per step, free of what a fit pays once, as the time
+protocol does.
+
+What moves the counts is pinned: ``PYTHONHASHSEED=0``; the garbage collector's counts are
+zeroed before each counted fit (by a collection); the worker is bound to one CPU, so
+onnxruntime sizes its intra-op pool to the one thread that calls it (no pool thread spins
+between kernels, and spinning would be counted), and BLAS/OpenMP pools get one thread;
+glibc's allocator gets one arena and fixed mmap and trim thresholds, not thresholds that
+move with the sizes freed so far.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import OrtBenchError
+from ..schema import INSTRUCTION_SAMPLES as SAMPLES
+from ..schema import PER_FIT, PER_STEP, SPREAD
+from .ab import THREADS, PairedCell, Worker, _prepare
+from .checkouts import Checkout
+from .matrix import BenchConfig, Cell
+from .timing import SHORT_EPOCHS
+from .user_model import UserFiles
+
+#: The client requests the worker calls: instrumentation on, off, and a dump of the counts
+#: since the last dump under a label.
+CLIENT_SOURCE = """\
+#include <valgrind/callgrind.h>
+void ortbench_count_start(void) { CALLGRIND_START_INSTRUMENTATION; }
+void ortbench_count_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; }
+void ortbench_count_dump(const char *label) { CALLGRIND_DUMP_STATS_AT(label); }
+"""
+#: What to install, named in the one-line refusal.
+INSTALL = "install valgrind and a C compiler (Debian/Ubuntu: apt-get install valgrind gcc)"
+#: The environment of a counting worker: what would otherwise move its counts.
+PINNED = {
+    **THREADS,
+    "PYTHONHASHSEED": "0",
+    "GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=131072"
+    ":glibc.malloc.trim_threshold=131072",
+}
+#: Counting rounds per cell and side unless ``--repeat`` says otherwise: the counts differ
+#: between rounds by far less than a change worth a verdict, so a few show the spread.
+ROUNDS = 3
+#: Fits counted and dropped before the counted ones: Python specialises a function's
+#: bytecode after it has run a few times, so what a fit pays once keeps falling over its
+#: first fits (``docs/benchmarks.md``).
+WARM_FITS = 10
+
+
+def client_library(cache: Path) -> Path:
+    """The compiled client requests, built once into ``cache``.
+
+    Parameters
+    ----------
+    cache : Path
+        Folder of the library (named after its source, so an edit rebuilds it).
+
+    Returns
+    -------
+    Path
+        The shared library.
+
+    Raises
+    ------
+    OrtBenchError
+        When valgrind, its header or a C compiler is missing (one line naming what to
+        install).
+    """
+    if shutil.which("valgrind") is None:
+        raise OrtBenchError(f"--measure instructions needs valgrind on the PATH: {INSTALL}")
+    compiler = os.environ.get("CC", "cc")
+    if shutil.which(compiler) is None:
+        raise OrtBenchError(f"--measure instructions needs a C compiler ({compiler}): {INSTALL}")
+    digest = hashlib.sha256(CLIENT_SOURCE.encode()).hexdigest()[:12]
+    library = cache / f"callgrind-client-{digest}.so"
+    if library.exists():
+        return library
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as work:
+        built = Path(work) / library.name
+        compiled = subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O1", "-x", "c", "-", "-o", str(built)],
+            input=CLIENT_SOURCE,
+            capture_output=True,
+            text=True,
+        )
+        if compiled.returncode != 0:
+            lines = compiled.stderr.strip().splitlines()
+            missing = "callgrind.h" in compiled.stderr
+            what = "valgrind's header valgrind/callgrind.h" if missing else "a working C compiler"
+            raise OrtBenchError(
+                f"--measure instructions needs {what} ({lines[0] if lines else 'no output'}): "
+                f"{INSTALL}"
+            )
+        built.replace(library)
+    return library
+
+
+def _one_cpu() -> None:
+    """Bind the process about to start to one of the CPUs it may use."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def totals(dump: Path) -> tuple[str, int]:
+    """The label and the instruction count of one callgrind dump file."""
+    label, count = "", None
+    with open(dump, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("desc: Trigger: Client Request: "):
+                label = line.split(": ", 3)[-1].strip()
+            elif line.startswith("totals:"):
+                count = int(line.split()[1])
+    if count is None:
+        raise OrtBenchError(f"{dump} is not a callgrind dump: no totals line")
+    return label, count
+
+
+class CountingWorker(Worker):
+    """A side's worker under callgrind, counting the fits it is asked to count.
+
+    Parameters
+    ----------
+    name : str
+        ``BASE`` or ``HEAD``.
+    side : Checkout
+        The tree and interpreter to run.
+    log : Path
+        The worker's stderr (valgrind's own messages included).
+    client : Path
+        The compiled client requests (:func:`client_library`).
+    """
+
+    def __init__(self, name: str, side: Checkout, log: Path, client: Path):
+        self.client = client
+        self.dumps = log.with_name(f"callgrind-{name}.out")
+        self._dumped = 0
+        launcher = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={self.dumps}",
+        ]
+        super().__init__(
+            name, side, log, launcher=launcher, environment=PINNED, preexec_fn=_one_cpu
+        )
+
+    def warm(self, key: str) -> None:
+        """Fit cell ``key`` :data:`WARM_FITS` times as a counted fit runs, counts dropped."""
+        for _ in range(WARM_FITS):
+            self.count(key, SHORT_EPOCHS)
+
+    def count(self, key: str, epochs: int) -> int:
+        """The instructions of one fit of ``epochs`` epochs of cell ``key``.
+
+        Raises
+        ------
+        OrtBenchError
+            When the fit failed (its error) or its dump is missing.
+        """
+        label = f"{key} epochs={epochs} #{self._dumped + 1}"
+        reply = self.request("count", key=key, epochs=epochs, label=label, client=str(self.client))
+        if "error" in reply:
+            raise OrtBenchError(reply["error"])
+        self._dumped += 1
+        dump = Path(f"{self.dumps}.{self._dumped}")
+        if not dump.exists():
+            raise OrtBenchError(f"callgrind wrote no {dump.name}: is the worker under valgrind?")
+        found, count = totals(dump)
+        if found != label:
+            raise OrtBenchError(f"{dump} holds the counts of {found!r}, not of {label!r}")
+        return count
+
+
+def counting_worker(cache: Path) -> Callable[[str, Checkout, Path], CountingWorker]:
+    """What ``started`` makes the workers with for ``--measure instructions``: valgrind and
+    the client requests checked (the client built into ``cache``) first.
+
+    Raises
+    ------
+    OrtBenchError
+        As :func:`client_library`.
+    """
+    return functools.partial(CountingWorker, client=client_library(cache))
+
+
+def per_step(short: int, long: int, short_steps: int, long_steps: int) -> tuple[float, float]:
+    """Instructions per step and per fit from the counts of a short and a long fit."""
+    step = (long - short) / (long_steps - short_steps)
+    return step, short - step * short_steps
+
+
+def run_count_group(
+    group: list[Cell],
+    config: BenchConfig,
+    sides: dict[str, CountingWorker],
+    user: UserFiles | None = None,
+) -> list:
+    """Count the instructions per step of cells on both sides.
+
+    Every cell is prepared (built, fitted once, scored) on both sides and warmed
+    (:meth:`CountingWorker.warm`). Then each of ``config.repeat`` rounds counts a short
+    fit (``SHORT_EPOCHS`` epochs) and a long one (``config.epochs`` more) of every cell on
+    each side; the slope between them is the round's count per step. The rows get the median count per step,
+    the rounds' counts and their spread (see :data:`PER_STEP`); a fit that breaks marks
+    that side's cell failed.
+
+    Returns
+    -------
+    list of PairedCell
+        One per cell of the group, in order.
+    """
+    results = [
+        PairedCell(cell, {name: _prepare(side, cell, config, user) for name, side in sides.items()})
+        for cell in group
+    ]
+    long_epochs = SHORT_EPOCHS + config.epochs
+    for paired in results:
+        for name, result in paired.sides.items():
+            if not result.ok:
+                continue
+            label = paired.cell.label
+            steps = result.row["steps"] // config.epochs
+            result.row["timing"] = f"instructions: slope of {SHORT_EPOCHS} and {long_epochs} epochs"
+            steps_per_fit, fits = [], []
+            try:
+                sides[name].warm(label)
+                for _ in range(config.repeat):
+                    short = sides[name].count(label, SHORT_EPOCHS)
+                    long = sides[name].count(label, long_epochs)
+                    step, fit = per_step(short, long, SHORT_EPOCHS * steps, long_epochs * steps)
+                    steps_per_fit.append(step)
+                    fits.append(fit)
+            except OrtBenchError as e:
+                result.row["status"] = f"failed: {e}"
+                continue
+            median = float(np.median(steps_per_fit))
+            result.details = {
+                PER_STEP: median,
+                SAMPLES: steps_per_fit,
+                SPREAD: (max(steps_per_fit) - min(steps_per_fit)) / median,
+                PER_FIT: float(np.median(fits)),
+            }
+    for paired in results:
+        for name, result in paired.sides.items():
+            if result.ok:
+                reply = sides[name].request("finish", key=paired.cell.label)
+                result.loss_curve = reply.pop("loss_curve", [])
+                result.row.update(reply)
+    return results

@@ -1,0 +1,154 @@
+"""Instructions per step counted under callgrind (``ab --measure instructions``).
+
+The tests that count run one valgrind worker for the module (about 40 s to start, mostly
+imports) and one more for the planted change; they skip where valgrind or a C compiler is
+missing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ortbench.bench.ab import BASE, HEAD, _prepare
+from ortbench.bench.checkouts import Checkout
+from ortbench.bench.instructions import (
+    CountingWorker,
+    client_library,
+    run_count_group,
+    totals,
+)
+from ortbench.bench.matrix import BenchConfig, Cell
+from ortbench.report.instruction_verdicts import THRESHOLD, instructions_verdict
+from ortbench.report.verdicts import FAILED, IMPROVED, NOT_SIGNIFICANT, REGRESSED, UNCHANGED
+from ortbench.schema import PER_STEP, SPREAD
+
+ROOT = Path(__file__).resolve().parents[1]
+#: A contender every onnxruntime build runs, on a small data set.
+CELL = Cell("ort-portable-fwbw", "mlp", "make_regression", 15, "cpu")
+CONFIG = BenchConfig(
+    contenders=(CELL.contender,),
+    problems=(CELL.problem,),
+    batch_sizes=(CELL.batch_size,),
+    devices=(CELL.device,),
+    epochs=2,
+    repeat=2,
+    n_samples=300,
+)
+needs_valgrind = pytest.mark.skipif(
+    shutil.which("valgrind") is None or shutil.which(os.environ.get("CC", "cc")) is None,
+    reason="needs valgrind and a C compiler",
+)
+
+
+def _tree(label: str, tree: Path) -> Checkout:
+    return Checkout(label, tree, sys.executable, "this interpreter")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A counting worker on this tree."""
+    folder = tmp_path_factory.mktemp("counted")
+    worker = CountingWorker(
+        BASE, _tree("this tree", ROOT), folder / "worker-BASE.log", client_library(folder)
+    )
+    yield worker
+    worker.close()
+
+
+def test_refuses_in_one_line_without_valgrind(tmp_path):
+    """With no valgrind on the PATH the option names what to install, before any work."""
+    environment = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "ortbench", "ab", "main", "HEAD"),
+            *("--measure", "instructions", "--cache", str(tmp_path / "cache"), "--out", str(out)),
+        ],
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "valgrind" in lines[0] and "install" in lines[0]
+    assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+@needs_valgrind
+def test_counts_the_steps_of_the_counted_fits_only(base):
+    """Set-up is not counted: the first count after the imports and the build is a fit's,
+    repeated counts agree, and a fit's steps count twice as much for twice the epochs,
+    within the spread of repeated counts."""
+    assert _prepare(base, CELL, CONFIG, None).ok
+    key = CELL.label
+    first = base.count(key, 1)  # right after imports and the build: the fit's steps only
+    base.warm(key)
+    counts = {epochs: [base.count(key, epochs) for _ in range(2)] for epochs in (1, 2, 4)}
+    spread = max(abs(a - b) for a, b in counts.values())
+    assert first < 1.2 * min(counts[1])  # not yet warm: a few percent more, not the build
+    assert max(abs(a - b) / min(a, b) for a, b in counts.values()) < 1e-3
+    one, two, four = (sum(c) / 2 for c in (counts[1], counts[2], counts[4]))
+    per_fit = 2 * one - two  # what a fit pays once, whatever its length
+    assert 0 < per_fit < one
+    steps_two, steps_four = two - per_fit, four - per_fit
+    # steps_four - 2 steps_two = four - 3 two + 2 one: at most 1 + 3 + 2 counts' errors
+    assert abs(steps_four - 2 * steps_two) <= 6 * spread
+    base.request("finish", key=key)
+
+
+@needs_valgrind
+def test_a_planted_operation_per_step_regresses(base, tmp_path):
+    """HEAD's tree does one more small Python operation per step than BASE's: the count
+    sees it, beyond the threshold and beyond the rounds' spread."""
+    tree = tmp_path / "planted"
+    shutil.copytree(
+        ROOT / "ortbench", tree / "ortbench", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    steps = tree / "ortbench" / "training" / "split.py"
+    text = steps.read_text(encoding="utf-8")
+    line = "            run_loss()\n"
+    assert text.count(line) == 1
+    steps.write_text(text.replace(line, line + "            sum(range(40))\n"), encoding="utf-8")
+    head = CountingWorker(HEAD, _tree("planted", tree), tmp_path / "worker-HEAD.log", base.client)
+    try:
+        (paired,) = run_count_group([CELL], CONFIG, {BASE: base, HEAD: head})
+    finally:
+        head.close()
+    rows = {name: {**result.row, **result.details} for name, result in paired.sides.items()}
+    verdict = instructions_verdict("cell", rows[BASE], rows[HEAD], THRESHOLD)
+    assert verdict.verdict == REGRESSED, verdict
+    assert rows[HEAD][PER_STEP] > rows[BASE][PER_STEP] * (1 + THRESHOLD)
+    assert max(rows[BASE][SPREAD], rows[HEAD][SPREAD]) < THRESHOLD / 2
+    dump = Path(f"{head.dumps}.1")
+    assert totals(dump)[0].startswith(CELL.label)
+
+
+def _row(per_step: float, spread: float, status: str = "ok") -> dict:
+    return {"status": status, PER_STEP: per_step, SPREAD: spread}
+
+
+@pytest.mark.parametrize(
+    "head, verdict",
+    [
+        (_row(101.0, 0.0005), REGRESSED),
+        (_row(99.0, 0.0005), IMPROVED),
+        (_row(100.3, 0.0005), UNCHANGED),
+        (_row(101.0, THRESHOLD / 2), NOT_SIGNIFICANT),  # the rounds cannot back it
+        (_row(math.nan, math.nan, "failed: RuntimeError"), FAILED),
+    ],
+)
+def test_the_verdict_is_a_threshold_backed_by_the_spread(head, verdict):
+    assert instructions_verdict("cell", _row(100.0, 0.0005), head, THRESHOLD).verdict == verdict
+
+
+def test_runs_that_timed_their_fits_get_no_instruction_verdict():
+    timed = {"status": "ok"}
+    assert instructions_verdict("cell", timed, timed, THRESHOLD) is None
