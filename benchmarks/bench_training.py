@@ -8,10 +8,16 @@ raise NotImplementedError in ``setup`` (asv records them as skipped).
 from __future__ import annotations
 
 import sys
+import tempfile
+from pathlib import Path
 
+from ortbench.bench.instructions import client_library, count_here
+from ortbench.bench.matrix import BenchConfig, Cell
 from ortbench.bench.memory import memory_growth
 from ortbench.bench.networks import NETWORKS
 from ortbench.bench.problems import sized_problems
+from ortbench.errors import OrtBenchError
+from ortbench.schema import PER_STEP
 
 from .common import ENGINE_CONTENDERS, PARAM_NAMES, ContenderSuite, Settled, contender
 
@@ -130,3 +136,49 @@ class ThreadChoice(Settled):
 
     def time_epoch(self, name, problem, batch_size, threads):
         self.contender.continue_fit(1)
+
+
+#: The cells whose instructions per step are counted: the engine's forward/backward
+#: trainer on both backends, at batch 15 on the default problem.
+INSTRUCTION_CELLS = [
+    Cell(name, "mlp", "make_regression", 15, "cpu") for name in ("ort-fwbw", "ort-portable-fwbw")
+]
+INSTRUCTION_PARAMS = [[cell.contender for cell in INSTRUCTION_CELLS]]
+INSTRUCTION_PARAM_NAMES = ["contender"]
+#: Epochs of the long counted fit beyond the short one, and rounds per cell.
+INSTRUCTION_CONFIG = BenchConfig(epochs=2, repeat=2)
+
+
+class Instructions:
+    """Instructions per training step of a few cells, counted under valgrind's callgrind
+    as ``ab --measure instructions`` counts them (deterministic: the median of 2 rounds).
+
+    All cells are counted in one worker by ``setup_cache`` (about 40 s to start it under
+    valgrind, a minute or two per cell); without valgrind or a C compiler, or where a
+    cell cannot run, ``setup`` raises NotImplementedError with the reason.
+    """
+
+    params = INSTRUCTION_PARAMS
+    param_names = INSTRUCTION_PARAM_NAMES
+    timeout = 1200
+
+    def setup_cache(self) -> dict[str, float | str]:
+        with tempfile.TemporaryDirectory() as work:
+            try:
+                client = client_library(Path(work))
+                results, _ = count_here(INSTRUCTION_CELLS, INSTRUCTION_CONFIG, client, Path(work))
+            except OrtBenchError as e:
+                return {cell.contender: str(e) for cell in INSTRUCTION_CELLS}
+        return {
+            cell.contender: result.details[PER_STEP] if result.ok else result.row["status"]
+            for cell, result in zip(INSTRUCTION_CELLS, results)
+        }
+
+    def setup(self, counts: dict[str, float | str], name: str) -> None:
+        if isinstance(counts[name], str):
+            raise NotImplementedError(counts[name])
+
+    def track_instructions_per_step(self, counts: dict[str, float | str], name: str) -> float:
+        return counts[name]
+
+    track_instructions_per_step.unit = "instructions"

@@ -31,7 +31,7 @@ from .bench.calibration import write_calibration
 from .bench.checkouts import DEFAULT_CACHE, checkout
 from .bench.contenders import CONTENDERS, Unavailable, make_contender
 from .bench.datasets import DATASETS
-from .bench.instructions import ROUNDS, counting_worker, run_count_group
+from .bench.instructions import ROUNDS, client_library, counting_worker, run_count_group
 from .bench.matrix import (
     DEVICES,
     QUICK,
@@ -413,10 +413,13 @@ def _profile(args: argparse.Namespace) -> int:
         )
     except Unavailable as e:
         raise OrtBenchError(f"{args.contender} cannot run this cell: {e}") from None
+    client = client_library(DEFAULT_CACHE) if args.instructions else None
     folder = create_run_folder(args.out, run_id_now())
     print(f"ortbench profile: writing {folder}", file=sys.stderr)
     try:
-        profile_folder = profile(request, folder, log=lambda line: print(line, file=sys.stderr))
+        profile_folder = profile(
+            request, folder, log=lambda line: print(line, file=sys.stderr), client=client
+        )
     except KeyboardInterrupt:
         write_index(folder)
         print(f"\nortbench: interrupted: what was profiled is kept in {folder}", file=sys.stderr)
@@ -573,5 +576,6 @@ def add_profile(commands: argparse._SubParsersAction) -> None:
         "--min-fraction", type=float, default=0.001, help="cut call-tree nodes below this share"
     )
     profiling.add_argument("--out", default="reports", help="parent folder of the run folder")
+    profiling.add_argument("--instructions", action="store_true", help="count the steps' instructions under valgrind's callgrind too (needs valgrind and a C compiler)")  # fmt: skip
     _add_own_model_options(profiling)
     profiling.set_defaults(func=_profile)

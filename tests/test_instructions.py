@@ -1,14 +1,16 @@
-"""Instructions per step counted under callgrind (``ab --measure instructions``).
+"""Instructions per step counted under callgrind (``ab --measure instructions``,
+``profile --instructions``).
 
 The tests that count run one valgrind worker for the module (about 40 s to start, mostly
-imports) and one more for the planted change; they skip where valgrind or a C compiler is
-missing.
+imports), one more for the planted change and one for the profile; they skip where
+valgrind or a C compiler is missing.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +27,10 @@ from ortbench.bench.instructions import (
     totals,
 )
 from ortbench.bench.matrix import BenchConfig, Cell
+from ortbench.cli import main
+from ortbench.profiling import pyspy
+from ortbench.profiling.callgrind import read_instructions
+from ortbench.profiling.driver import CALLGRIND_FILE
 from ortbench.report.instruction_verdicts import THRESHOLD, instructions_verdict
 from ortbench.report.verdicts import FAILED, IMPROVED, NOT_SIGNIFICANT, REGRESSED, UNCHANGED
 from ortbench.schema import PER_STEP, SPREAD
@@ -152,3 +158,73 @@ def test_the_verdict_is_a_threshold_backed_by_the_spread(head, verdict):
 def test_runs_that_timed_their_fits_get_no_instruction_verdict():
     timed = {"status": "ok"}
     assert instructions_verdict("cell", timed, timed, THRESHOLD) is None
+
+
+def _annotated(dump: Path) -> tuple[int, dict[str, int]]:
+    """callgrind_annotate's program total and own instructions by function name (summed
+    over the source files it splits a function's lines into)."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--auto=no", "--threshold=100", str(dump)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    total = int(re.search(r"^([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", text, re.M)[1].replace(",", ""))
+    functions: dict[str, int] = {}
+    listing = text.split("file:function", 1)[1]
+    for count, where in re.findall(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.+)$", listing, re.M):
+        name = re.sub(r" \[/[^]]*\]$", "", where.split(":", 1)[1])
+        functions[name] = functions.get(name, 0) + int(count.replace(",", ""))
+    return total, functions
+
+
+@needs_valgrind
+def test_profile_writes_the_counted_fit_as_callgrind_writes_it(tmp_path, monkeypatch):
+    """``profile --instructions`` keeps the callgrind file of one counted fit, which
+    callgrind_annotate reads, and its page's tables add up to callgrind_annotate's totals,
+    per function too."""
+    monkeypatch.setattr("ortbench.runtime_commands.DEFAULT_CACHE", tmp_path / "cache")
+    monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)  # not what this test looks at
+    argv = ["profile", CELL.contender, "--epochs", "1", "--instructions", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir() and p.name != "cache"]
+    folder = run / f"profile-{CELL.contender}"
+    dump = folder / CALLGRIND_FILE
+    label, _ = totals(dump)
+    assert label.startswith(CELL.contender)  # dumped by the client request around the fit
+    total, by_name = _annotated(dump)
+    counted = read_instructions(dump)
+    assert counted.total == total
+    assert sum(counted.by_library().values()) == total
+    mine: dict[str, int] = {}
+    for (_, function), count in counted.functions.items():
+        mine[function] = mine.get(function, 0) + count
+    assert mine == by_name
+    page = (run / "index.html").read_text(encoding="utf-8")
+    assert "Instructions (callgrind)" in page
+    assert f'<td>total</td>\n<td class="num">{total:,}</td>' in page
+    assert "libonnxruntime" in page or "onnxruntime_pybind11_state" in page
+    assert sorted(p.name for p in folder.iterdir() if "callgrind" in p.name or p.is_dir()) == [
+        CALLGRIND_FILE
+    ]  # the worker's log and its other counted fits are gone
+
+
+def test_profile_refuses_in_one_line_without_valgrind(tmp_path):
+    """``profile --instructions`` with no valgrind on the PATH names what to install and
+    writes nothing."""
+    environment = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "ortbench", "profile", CELL.contender),
+            *("--instructions", "--out", str(out)),
+        ],
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "valgrind" in lines[0] and "install" in lines[0]
+    assert not out.exists()

@@ -28,6 +28,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -35,9 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import OrtBenchError
+from ..schema import BASE, PER_FIT, PER_STEP, SPREAD
 from ..schema import INSTRUCTION_SAMPLES as SAMPLES
-from ..schema import PER_FIT, PER_STEP, SPREAD
-from .ab import THREADS, PairedCell, Worker, _prepare
+from .ab import THREADS, PairedCell, SideResult, Worker, _prepare
 from .checkouts import Checkout
 from .matrix import BenchConfig, Cell
 from .timing import SHORT_EPOCHS
@@ -89,10 +90,10 @@ def client_library(cache: Path) -> Path:
         install).
     """
     if shutil.which("valgrind") is None:
-        raise OrtBenchError(f"--measure instructions needs valgrind on the PATH: {INSTALL}")
+        raise OrtBenchError(f"counting instructions needs valgrind on the PATH: {INSTALL}")
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
-        raise OrtBenchError(f"--measure instructions needs a C compiler ({compiler}): {INSTALL}")
+        raise OrtBenchError(f"counting instructions needs a C compiler ({compiler}): {INSTALL}")
     digest = hashlib.sha256(CLIENT_SOURCE.encode()).hexdigest()[:12]
     library = cache / f"callgrind-client-{digest}.so"
     if library.exists():
@@ -111,7 +112,7 @@ def client_library(cache: Path) -> Path:
             missing = "callgrind.h" in compiled.stderr
             what = "valgrind's header valgrind/callgrind.h" if missing else "a working C compiler"
             raise OrtBenchError(
-                f"--measure instructions needs {what} ({lines[0] if lines else 'no output'}): "
+                f"counting instructions needs {what} ({lines[0] if lines else 'no output'}): "
                 f"{INSTALL}"
             )
         built.replace(library)
@@ -166,6 +167,11 @@ class CountingWorker(Worker):
             name, side, log, launcher=launcher, environment=PINNED, preexec_fn=_one_cpu
         )
 
+    @property
+    def last_dump(self) -> Path:
+        """The callgrind file of the last counted fit (callgrind numbers them from 1)."""
+        return Path(f"{self.dumps}.{self._dumped}")
+
     def warm(self, key: str) -> None:
         """Fit cell ``key`` :data:`WARM_FITS` times as a counted fit runs, counts dropped."""
         for _ in range(WARM_FITS):
@@ -184,7 +190,7 @@ class CountingWorker(Worker):
         if "error" in reply:
             raise OrtBenchError(reply["error"])
         self._dumped += 1
-        dump = Path(f"{self.dumps}.{self._dumped}")
+        dump = self.last_dump
         if not dump.exists():
             raise OrtBenchError(f"callgrind wrote no {dump.name}: is the worker under valgrind?")
         found, count = totals(dump)
@@ -269,3 +275,42 @@ def run_count_group(
                 result.loss_curve = reply.pop("loss_curve", [])
                 result.row.update(reply)
     return results
+
+
+def count_here(
+    group: list[Cell],
+    config: BenchConfig,
+    client: Path,
+    folder: Path,
+    user: UserFiles | None = None,
+) -> tuple[list[SideResult], Path]:
+    """Count the instructions per step of cells with the ortbench running this, in one
+    worker under callgrind (what ``profile --instructions`` and the asv suite count).
+
+    Parameters
+    ----------
+    group : list of Cell
+        The cells, counted one after the other in the one worker.
+    config : BenchConfig
+        Their epochs (the long fit's, beyond the short one's) and rounds (``repeat``).
+    client : Path
+        The compiled client requests (:func:`client_library`).
+    folder : Path
+        Where the worker's log and callgrind files go.
+    user : UserFiles, optional
+        A user's model and data, for cells of a user's problem.
+
+    Returns
+    -------
+    list of SideResult, Path
+        Each cell's row and counts (as :func:`run_count_group` makes them), and the
+        callgrind file of the last counted fit: the long fit of the last cell's last round.
+    """
+    package = Path(__file__).resolve().parents[1]
+    here = Checkout("this tree", package.parent, sys.executable, "this interpreter")
+    worker = CountingWorker(BASE, here, folder / "worker.log", client)
+    try:
+        counted = run_count_group(group, config, {BASE: worker}, user)
+    finally:
+        worker.close()
+    return [paired.sides[BASE] for paired in counted], worker.last_dump

@@ -7,8 +7,10 @@ The profilers look at the steady epochs that follow the build and a warm-up epoc
 ``steps.md``, ``operators.csv``/``operators.md`` and the raw traces in ``onnxruntime/``
 (onnxruntime's profiler), ``flamegraph.svg`` and ``profile.speedscope.json`` (py-spy),
 ``profile.json`` (what was profiled, and why a flame graph is missing when it is) and
-``profile.md``, which says what ran and what could not. The trainers carry no profiling
-code: onnxruntime's profiler is switched on when their sessions are built.
+``profile.md``, which says what ran and what could not. With the compiled callgrind client
+(``--instructions``), the first steady epochs are also counted under callgrind:
+``callgrind.out.steps`` and the tables of ``instructions.md``. The trainers carry no
+profiling code: onnxruntime's profiler is switched on when their sessions are built.
 """
 
 from __future__ import annotations
@@ -16,16 +18,24 @@ from __future__ import annotations
 import gc
 import json
 import math
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..bench.contenders import make_contender
+from ..bench.instructions import WARM_FITS, count_here
+from ..bench.matrix import BenchConfig, Cell
 from ..bench.problems import make_problem
-from ..schema import EPOCH_LOOP, PROFILE_JSON
+from ..bench.timing import SHORT_EPOCHS
+from ..bench.user_model import UserFiles
+from ..errors import OrtBenchError
+from ..schema import EPOCH_LOOP, PER_STEP, PROFILE_JSON
 from ..training.runtime import profiled_sessions
 from . import ort_profile, pyspy
+from .callgrind import instructions_markdown, read_instructions
 from .calltree import CallTree, profile_call
 from .hotspots import hotspots_markdown
 from .steps import steps_markdown
@@ -40,6 +50,9 @@ MIN_EPOCHS, MAX_EPOCHS = 3, 5000
 #: onnxruntime's profiler writes several events per node run: its window stops after the
 #: first epochs holding this many steps, which keeps its traces to a few megabytes.
 RUNTIME_STEPS = 500
+#: The callgrind file of ``--instructions``: its name is one that KCachegrind's file
+#: dialog lists.
+CALLGRIND_FILE = "callgrind.out.steps"
 
 
 @dataclass
@@ -57,7 +70,7 @@ class ProfileRequest:
     user: str | None = None
 
 
-def profile(request: ProfileRequest, out: Path, log=print) -> Path:
+def profile(request: ProfileRequest, out: Path, log=print, client: Path | None = None) -> Path:
     """Run every profiler over ``request``; return the profile folder.
 
     Parameters
@@ -68,6 +81,10 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
         The run folder; the profile goes into ``out/profile-<contender>/``.
     log : callable
         Receives one line per stage.
+    client : Path, optional
+        The compiled callgrind client requests
+        (:func:`ortbench.bench.instructions.client_library`): with it, the steps of
+        onnxruntime's window are counted under callgrind too (:func:`_instruction_profile`).
 
     Returns
     -------
@@ -82,7 +99,8 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
         return make_contender(request.contender, problem, request.batch_size, request.device)
 
     per_epoch = problem.steps_per_epoch(request.batch_size)
-    log("[1/4] timing steps without a profiler")
+    stages = 4 if client is None else 5
+    log(f"[1/{stages}] timing steps without a profiler")
     plain = contender().fit(WARMUP_EPOCHS)
     epoch_seconds = min(plain.time_fit(1) for _ in range(MIN_EPOCHS))  # the least disturbed
     epochs = request.epochs or steady_epochs(epoch_seconds)
@@ -106,7 +124,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
         (folder / PROFILE_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
         (folder / "profile.md").write_text("\n".join(notes) + "\n", encoding="utf-8")
 
-    log(f"[2/4] cProfile over the build, then over {epochs} steady epochs")
+    log(f"[2/{stages}] cProfile over the build, then over {epochs} steady epochs")
     cell = contender()
     build = CallTree.from_stats(profile_call(lambda: cell.fit(WARMUP_EPOCHS)), request.min_fraction)
     stats = profile_call(lambda: cell.continue_fit(epochs))
@@ -119,7 +137,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
     (folder / "hotspots.md").write_text(hotspots_markdown(stats), encoding="utf-8")
     save()
 
-    log("[3/4] onnxruntime's profiler over the first steady epochs")
+    log(f"[3/{stages}] onnxruntime's profiler over the first steady epochs")
     notes.append(
         _runtime_profile(
             contender,
@@ -132,7 +150,7 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
     )
     save()
 
-    log("[4/4] py-spy over the same window")
+    log(f"[4/{stages}] py-spy over the same window")
     command = [
         sys.executable,
         "-m",
@@ -159,6 +177,11 @@ def profile(request: ProfileRequest, out: Path, log=print) -> Path:
             else "py-spy: flamegraph.svg, profile.speedscope.json."
         )
     save()
+
+    if client is not None:
+        log(f"[5/5] callgrind over a fit of {SHORT_EPOCHS + runtime_epochs} epochs after a warm-up")
+        notes.append(_instruction_profile(request, runtime_epochs, client, folder, info))
+        save()
     return folder
 
 
@@ -223,3 +246,42 @@ def _runtime_profile(
     ]
     (folder / "operators.md").write_text("\n".join(text) + "\n", encoding="utf-8")
     return f"onnxruntime: {len(files)} session profiles in onnxruntime/ (open them in Perfetto)"
+
+
+def _instruction_profile(
+    request: ProfileRequest, epochs: int, client: Path, folder: Path, info: dict
+) -> str:
+    """Count ``epochs`` epochs after the build and warm-up under callgrind, in a worker of
+    ``ab --measure instructions`` (:func:`~ortbench.bench.instructions.count_here`): keep
+    its callgrind file as ``callgrind.out.steps``, write its tables into
+    ``instructions.md`` and the count per step into ``info``; return the note's line."""
+    cell = Cell(request.contender, request.problem, request.dataset, request.batch_size,
+                request.device)  # fmt: skip
+    config = BenchConfig(contenders=(cell.contender,), epochs=epochs, repeat=1)
+    user = request.user and UserFiles.from_json(request.user)
+    with tempfile.TemporaryDirectory(dir=folder) as work:
+        try:
+            (result,), dump = count_here([cell], config, client, Path(work), user)
+        except OrtBenchError as e:
+            result, problem = None, str(e)
+        else:
+            problem = None if result.ok else result.row["status"]
+        if problem:
+            info["instructions_problem"] = problem
+            return f"callgrind: no count: {problem}"
+        kept = folder / CALLGRIND_FILE
+        shutil.move(dump, kept)
+    long_epochs = SHORT_EPOCHS + epochs
+    steps = long_epochs * result.row["steps"] // epochs
+    per_step = result.details[PER_STEP]
+    info["instructions_per_step"] = per_step
+    counted = read_instructions(kept)
+    title = (
+        f"One fit of {long_epochs} epochs after the build and {WARM_FITS} warm-up fits, "
+        f"counted under callgrind ({CALLGRIND_FILE}: KCachegrind or callgrind_annotate "
+        "open it)."
+    )
+    (folder / "instructions.md").write_text(
+        instructions_markdown(counted, steps, per_step, title), encoding="utf-8"
+    )
+    return f"callgrind: {CALLGRIND_FILE}, instructions.md; {per_step:,.0f} instructions per step."

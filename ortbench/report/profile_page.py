@@ -23,6 +23,7 @@ SECTIONS = (
     ("calltree.json", "Call tree of the steady epochs (cProfile)"),
     ("hotspots.md", None),
     ("operators.md", None),
+    ("instructions.md", None),
     ("calltree-build.json", "Call tree of the build and the warm-up epoch (cProfile)"),
 )
 #: Call-tree nodes that take at least this share of the tree are shown open.
@@ -67,6 +68,9 @@ def profile_section(folder: Path, run_dir: Path) -> str:
         path = folder / name
         if path.exists():
             parts.append(_tree(path, title) if title else _markdown(path))
+    if info.get("instructions_problem"):
+        reason = html.escape(info["instructions_problem"])
+        parts.append(f"<h3>Instructions (callgrind)</h3><p class='missing'>No count: {reason}</p>")
     links = [
         f'<li><a href="{html.escape(p.relative_to(run_dir).as_posix())}">'
         f"{html.escape(p.relative_to(folder).as_posix())}</a></li>"
