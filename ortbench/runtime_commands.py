@@ -381,6 +381,7 @@ def _add_own_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _profile(args: argparse.Namespace) -> int:
+    client = client_library(DEFAULT_CACHE) if args.instructions else None  # before any file
     usable_folder(args.out)
     if args.contender not in CONTENDERS:
         raise OrtBenchError(
@@ -413,7 +414,6 @@ def _profile(args: argparse.Namespace) -> int:
         )
     except Unavailable as e:
         raise OrtBenchError(f"{args.contender} cannot run this cell: {e}") from None
-    client = client_library(DEFAULT_CACHE) if args.instructions else None
     folder = create_run_folder(args.out, run_id_now())
     print(f"ortbench profile: writing {folder}", file=sys.stderr)
     try:
