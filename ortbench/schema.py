@@ -115,6 +115,7 @@ CONTENDER_NAMES = (
     "jax-sgd",
     "jax-nesterov",
     "jax-scan",
+    "ort-portable-loop",
 )
 #: The contender speed-ups are measured against.
 BASELINE = "sklearn-mlp-sgd"

@@ -128,6 +128,20 @@ def test_same_batches_give_the_same_trajectory(problem_name, dataset, batch_size
         np.testing.assert_allclose(found[name], reference, rtol=1e-4, atol=2e-6, err_msg=name)
 
 
+@pytest.mark.parametrize(
+    "same",
+    [
+        ["sklearn-mlp-sgd", "ort-portable-full", "ort-portable-loop"],
+        ["sklearn-mlp-nesterov", "ort-portable-nesterov"],
+    ],
+)
+def test_portable_contenders_follow_scikit_learn(same):
+    """Any onnxruntime build: 200 rows in batches of 16 end on a batch of 8."""
+    found = curves(same, problem_of("mlp", "diabetes"), 16)
+    for name in same[1:]:
+        np.testing.assert_allclose(found[name], found[same[0]], rtol=1e-4, atol=2e-6, err_msg=name)
+
+
 @pytest.mark.training_build
 def test_cells_that_cannot_run_say_why():
     problem = problem_of("mlp", "diabetes")
@@ -201,11 +215,13 @@ def test_counters_count_runs_and_new_ortvalues():
         ("ort-portable-full", 1),
         ("ort-portable-fwbw", 4),
         ("ort-portable-nesterov", 1),
+        ("ort-portable-loop", 1 / 10),
     ],
 )
 def test_engine_steps_cost_what_the_engine_documents(name, runs):
     """Full training: train step + optimizer step; forward/backward: forward, loss,
-    backward, update. Both preallocate every buffer a step touches."""
+    backward, update; the epoch loop: one run per epoch (10 steps of 16 training rows). All preallocate
+    every buffer a step touches."""
     problem = problem_of("mlp", "diabetes")
     counts = make_contender(name, problem, 16).fit(1).runtime_counts()
     assert counts.steps == problem.steps_per_epoch(16)

@@ -31,6 +31,7 @@ from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from ..training import OrtBenchError
 from ..training.graph_tools import check_weight_names, get_initializers, rewrite_linear_nodes
+from ..training.losses import loss_from_name
 from .datasets import DATASETS, Split, load_split
 from .networks import NETWORKS
 
@@ -53,8 +54,6 @@ MOMENTUM = 0.9
 #: The network problems' learning rate: at ETA0 their loss hardly moves in a few epochs.
 NETWORK_ETA0 = 0.05
 
-#: Probabilities are clipped to [EPS, 1 - EPS] in the log loss, as the engine does.
-EPS = float(np.finfo(np.float32).eps)
 
 _SIZED = re.compile(r"^(?P<base>[a-z-]+?)((?:-\d+)+)$")
 
@@ -125,22 +124,19 @@ class Problem:
 
         ``output`` holds values for regression, P(class 1) (one column) or class
         probabilities for classification. 0.5 * squared error summed over outputs
-        (scikit-learn's MLP loss), the absolute error summed over outputs, or the log loss.
+        (scikit-learn's MLP loss), the absolute error summed over outputs, or the log loss:
+        the loss of :data:`~ortbench.training.losses.LOSSES` named ``loss_name``.
         """
         output = np.asarray(output, dtype=np.float64)
         y = np.asarray(y)
         if self.loss_name == "log":
-            if output.ndim == 1:
-                right = np.where(y == self.classes[-1], output, 1 - output)
-            else:
-                right = output[np.arange(len(y)), np.searchsorted(self.classes, y)]
-            per_row = -np.log(np.clip(right, EPS, 1 - EPS))
+            if output.ndim == 1:  # P(class 1) of a binary classifier
+                output = np.column_stack([1 - output, output])
+            expected = np.eye(output.shape[1])[np.searchsorted(self.classes, y)]
         else:
-            diff = output.reshape(len(y), -1) - y.astype(np.float64).reshape(len(y), -1)
-            if self.loss_name == "absolute_error":
-                per_row = np.abs(diff).sum(axis=1)
-            else:
-                per_row = 0.5 * (diff**2).sum(axis=1)
+            output = output.reshape(len(y), -1)
+            expected = y.astype(np.float64).reshape(len(y), -1)
+        per_row = loss_from_name(self.loss_name).numpy_rows(output, expected)
         return float(np.average(per_row, weights=sample_weight))
 
     def score(self, y: np.ndarray, output: np.ndarray) -> float:

@@ -40,11 +40,12 @@ from ..training.graph_tools import (
     select_outputs,
     training_output,
 )
+from ..training.losses import LOSSES
 from .datasets import split_rows
 from .problems import Problem, reference_mlp, register
 
-#: Losses a user problem trains with (the engine's names).
-USER_LOSSES = ("squared_error", "absolute_error", "log")
+#: Losses a user problem trains with: every loss the engine defines, by its name.
+USER_LOSSES = tuple(LOSSES)
 #: Rows of the trial forward run that checks the output's width before any cell runs.
 TRIAL_ROWS = 16
 _HIDDEN_ACTIVATIONS = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "logistic"}

@@ -198,6 +198,27 @@ class BatchLoader:
             return capi.OrtValue.ortvalue_from_numpy(view, self._device)
         return capi.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(view), self._device)
 
+    def staged_epoch(self) -> Batch:
+        """Every batch at once: one :class:`Batch` whose values stack the batches on a new
+        first axis, ``(n_batches, batch_size, ...)``, viewing the staged buffers (each
+        epoch's shuffle refills them in place). Its length is ``n_samples``.
+
+        Raises
+        ------
+        OrtBenchError
+            On CUDA, where each batch has its own device buffer.
+        """
+        if not self._on_cpu:
+            raise OrtBenchError("the whole staged epoch is one buffer on the CPU only")
+        n_batches, batch_size = self._scales.shape[1:]
+        return Batch(
+            tuple(
+                self._ortvalue(h.reshape(n_batches, batch_size, *h.shape[1:])) for h in self._host
+            ),
+            self.n_samples,
+            *(self._ortvalue(self._scales[i, :, :, None]) for i in (0, 1)),
+        )
+
     def epoch(self) -> list[Batch]:
         """The batches of the next epoch (rows shuffled in place when ``shuffle``)."""
         if self.shuffle:

@@ -12,6 +12,7 @@ from functools import partial
 
 from .base import BaseTrainer, shared_docstring
 from .data import Batch
+from .epoch_loop import EpochLoopSteps
 from .errors import OrtBenchError
 from .fused import FusedSteps
 from .graph_tools import select_outputs, unique_name
@@ -48,7 +49,11 @@ class FullTrainer(BaseTrainer):
         inputs fed with the labels (and sample weights).
     backend : {'ort-training', 'portable'}, optional
         The runtime that computes the gradients: ort-training where it is installed,
-        else portable.
+        else portable (always portable with ``epoch_loop=True``).
+    epoch_loop : bool, default=False
+        Run each epoch as one onnxruntime run, an ONNX ``Loop`` whose body is the
+        portable fused step (:mod:`ortbench.training.epoch_loop`): the same trajectory,
+        without a run's dispatch per step. Portable backend and CPU only.
 
     Attributes
     ----------
@@ -79,11 +84,25 @@ class FullTrainer(BaseTrainer):
         intra_op_threads="auto",
         loss_output_name: str = "loss",
         backend: str | None = None,
+        epoch_loop: bool = False,
     ):
         self._keep_params(locals())
 
     def _check_params(self) -> None:
+        if self.epoch_loop not in (True, False):
+            raise OrtBenchError(f"epoch_loop must be True or False, got {self.epoch_loop!r}")
+        if self.epoch_loop and self.backend not in (None, "portable"):
+            raise OrtBenchError(
+                f"epoch_loop=True runs the portable fused step: use backend='portable', "
+                f"not {self.backend!r}"
+            )
+        if self.epoch_loop and self.device != "cpu":
+            raise OrtBenchError(
+                f"epoch_loop=True runs on the CPU only: use device='cpu', not {self.device!r}"
+            )
         super()._check_params()
+        if self.epoch_loop:
+            self._backend = "portable"
         name = self.loss_output_name
         if not isinstance(name, str) or not name:
             raise OrtBenchError(
@@ -116,7 +135,9 @@ class FullTrainer(BaseTrainer):
             model = select_outputs(model, outputs)
         return model
 
-    def _steps_class(self) -> type[FusedSteps | OnDeviceSteps]:
+    def _steps_class(self) -> type[EpochLoopSteps | FusedSteps | OnDeviceSteps]:
+        if self.epoch_loop:
+            return EpochLoopSteps
         return FusedSteps if self._backend == "portable" else OnDeviceSteps
 
     def _build(self) -> None:
@@ -137,8 +158,9 @@ class FullTrainer(BaseTrainer):
         with_loss = self._static_batch(select_outputs(with_loss, [loss_name]))
         n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
         feeds = partial(batch_feeds, n_feeds=n_feeds, loss_scale=not self._loss_in_model)
-        if self._steps_class() is FusedSteps:
-            self._steps = FusedSteps(
+        steps = self._steps_class()
+        if steps is not OnDeviceSteps:
+            self._steps = steps(
                 with_loss,
                 self.weights_,
                 self.learning_rate_,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from scipy import special
 from sklearn.base import BaseEstimator
 
 from .errors import OrtBenchError
@@ -126,6 +127,33 @@ class BaseLearningLoss(BaseEstimator):
         b.output("losses", ["N"])
         return b.to_model()
 
+    def numpy_rows(self, predicted: np.ndarray, expected: np.ndarray) -> np.ndarray:
+        """Each row's loss computed by numpy: the reference the ONNX graphs are held to
+        (the bench's loss curves and scores use it too).
+
+        Parameters
+        ----------
+        predicted, expected : ndarray of shape (n, c)
+            What the model gave and what it should give (one-hot labels for a
+            classification loss).
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            The loss term summed over each row's outputs.
+        """
+        return self._difference_rows(predicted - expected)
+
+    def torch_rows(self, predicted, expected):
+        """Each row's loss as torch computes and differentiates it (the torch contenders'
+        loss): :meth:`numpy_rows` for tensors of shape (n, c), a tensor of shape (n,)."""
+        return self._difference_rows(predicted - expected)
+
+    def _difference_rows(self, diff):
+        """The loss of each row from ``predicted - expected``, written with the operators
+        that numpy arrays and torch tensors share (losses of the difference only)."""
+        raise NotImplementedError
+
 
 def weight_shares_nodes(b: GraphBuilder, weight: str) -> str:
     """Add the nodes of each row's share of the batch loss, w / sum(w), as an (n, 1) column."""
@@ -184,6 +212,10 @@ class SquareLearningLoss(BaseLearningLoss):
             return b.op("Mul", diff, diff), 1.0, b.op("Add", diff, diff)
         return b.op("Mul", diff, diff), 0.5, diff
 
+    def _difference_rows(self, diff):
+        self.check()
+        return (diff * diff).sum(axis=1) * (1.0 if self.convention == "seed" else 0.5)
+
 
 class AbsoluteLearningLoss(BaseLearningLoss):
     """|p - y| per element."""
@@ -191,6 +223,9 @@ class AbsoluteLearningLoss(BaseLearningLoss):
     def element_nodes(self, b, expected, predicted):
         diff = b.op("Sub", predicted, expected)
         return b.op("Abs", diff), 1.0, b.op("Sign", diff)
+
+    def _difference_rows(self, diff):
+        return abs(diff).sum(axis=1)
 
 
 class ElasticLearningLoss(BaseLearningLoss):
@@ -220,6 +255,10 @@ class ElasticLearningLoss(BaseLearningLoss):
         g1 = b.op("Mul", b.op("Sign", diff), b.const(self.l1_weight))
         g2 = b.op("Mul", diff, b.const(2 * self.l2_weight))
         return b.op("Add", l1, l2), 1.0, b.op("Add", g1, g2)
+
+    def _difference_rows(self, diff):
+        self.check()
+        return (self.l1_weight * abs(diff) + self.l2_weight * diff * diff).sum(axis=1)
 
 
 class NegLogLearningLoss(BaseLearningLoss):
@@ -277,6 +316,24 @@ class NegLogLearningLoss(BaseLearningLoss):
         # would also work, but adding eps keeps the graph differentiable everywhere.
         shifted = b.op("Add", predicted, b.const(self.eps))
         return b.op("Mul", expected, b.op("Log", shifted)), -1.0
+
+    def numpy_rows(self, predicted: np.ndarray, expected: np.ndarray) -> np.ndarray:
+        self.check()
+        if self.probability_function == "sigmoid":
+            tail = np.log1p(np.exp(-np.abs(predicted)))
+            return (np.maximum(predicted, 0) - expected * predicted + tail).sum(axis=1)
+        if self.probability_function == "softmax":
+            return -(expected * special.log_softmax(predicted, axis=1)).sum(axis=1)
+        return -(expected * np.log(np.clip(predicted, self.eps, 1 - self.eps))).sum(axis=1)
+
+    def torch_rows(self, predicted, expected):
+        self.check()
+        if self.probability_function == "sigmoid":
+            tail = (-predicted.abs()).exp().log1p()
+            return (predicted.relu() - expected * predicted + tail).sum(axis=1)
+        if self.probability_function == "softmax":
+            return -(expected * predicted.log_softmax(dim=1)).sum(axis=1)
+        return -(expected * predicted.clamp(self.eps, 1 - self.eps).log()).sum(axis=1)
 
     @staticmethod
     def _softplus_minus_ys(b: GraphBuilder, expected: str, scores: str) -> str:

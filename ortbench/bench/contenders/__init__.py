@@ -13,6 +13,7 @@ from .ort import (
     OrtFull,
     OrtPortableForwardBackward,
     OrtPortableFull,
+    OrtPortableLoop,
     OrtPortableNesterov,
 )
 from .pytorch import TorchNesterov, TorchSGD
@@ -35,6 +36,7 @@ CONTENDERS: dict[str, type[Contender]] = {
         JaxSGD,
         JaxNesterov,
         JaxScan,
+        OrtPortableLoop,
     )
 }
 

@@ -186,3 +186,19 @@ class OrtPortableNesterov(OrtPortableFull):
         return LearningRateSGDNesterov(
             self.problem.eta0, learning_rate="constant", momentum=self.problem.momentum
         )
+
+
+class OrtPortableLoop(OrtPortableFull):
+    """The portable fused step run as one ``Scan`` per epoch: one onnxruntime run per
+    epoch (``FullTrainer(epoch_loop=True)``)."""
+
+    name = "ort-portable-loop"
+
+    @classmethod
+    def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
+        if device != "cpu":
+            return "the epoch loop runs on the CPU only"
+        return super().unavailable(problem, batch_size, device)
+
+    def _trainer(self) -> BaseTrainer:
+        return super()._trainer().set_params(epoch_loop=True)

@@ -23,7 +23,7 @@ from ...training.graph_tools import (
     rewrite_linear_nodes,
     training_output,
 )
-from ...training.losses import EPS
+from ...training.losses import NegLogLearningLoss, loss_from_name
 from ..problems import Problem
 from .base import Contender, as_prediction
 
@@ -92,8 +92,6 @@ class TorchSGD(Contender):
         if self.problem.loss_name != "log":
             return np.array(y, dtype=np.float32).reshape(len(y), -1)
         index = np.searchsorted(self.problem.classes, y)
-        if _plan(self.problem).function == "softmax":
-            return index
         if width == 1:
             return (index == len(self.problem.classes) - 1).astype(np.float32).reshape(-1, 1)
         return np.eye(width, dtype=np.float32)[index]
@@ -101,6 +99,12 @@ class TorchSGD(Contender):
     def _fit(self, epochs: int) -> list[float]:
         torch = _torch()
         data = self.problem.data
+        function = _plan(self.problem).function
+        self._learning_loss = (
+            loss_from_name(self.problem.loss_name)
+            if function is None
+            else NegLogLearningLoss(probability_function=function)
+        )
         self.network = self._network()
         momentum = self.problem.momentum if self.nesterov else 0.0
         self.optimizer = torch.optim.SGD(
@@ -123,21 +127,7 @@ class TorchSGD(Contender):
             self._epoch()
 
     def _loss(self, output, expected, weight):
-        torch = _torch()
-        functional = torch.nn.functional
-        function = _plan(self.problem).function
-        if function == "softmax":
-            rows = functional.cross_entropy(output, expected, reduction="none")
-        elif function == "sigmoid":
-            rows = functional.binary_cross_entropy_with_logits(
-                output, expected, reduction="none"
-            ).sum(dim=1)
-        elif self.problem.loss_name == "log":
-            rows = -(expected * torch.log(output.clamp(EPS, 1 - EPS))).sum(dim=1)
-        elif self.problem.loss_name == "absolute_error":
-            rows = (output - expected).abs().sum(dim=1)
-        else:
-            rows = 0.5 * ((output - expected) ** 2).sum(dim=1)
+        rows = self._learning_loss.torch_rows(output, expected)
         return rows.mean() if weight is None else (rows * weight).sum() / weight.sum()
 
     def _epoch(self) -> float:

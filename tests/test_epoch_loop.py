@@ -1,0 +1,65 @@
+"""The epoch in one run (``FullTrainer(epoch_loop=True)``) against the per-step run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ortbench.training import FullTrainer, LearningRateSGD, LearningRateSGDNesterov, OrtBenchError
+
+RATES = {
+    "sgd": LearningRateSGD(0.01, learning_rate="invscaling", power_t=0.5),
+    "nesterov": LearningRateSGDNesterov(0.01, learning_rate="constant", momentum=0.9),
+}
+
+
+def trained(model, X, y, w, epoch_loop: bool, **params) -> FullTrainer:
+    trainer = FullTrainer(model, backend="portable", epoch_loop=epoch_loop, **params)
+    return trainer.fit(X, y, w)
+
+
+@pytest.mark.parametrize("rate", RATES)
+@pytest.mark.parametrize("batch_size", [16, 1, 120])
+def test_epoch_loop_follows_the_per_step_run(rate, batch_size, regression, mlp_onnx):
+    """Shuffled rows, sample weights and (at batch 16 over 120 rows) a last batch of 8:
+    the same losses and weights, epoch after epoch, warm start included."""
+    X, y = regression
+    w = np.random.RandomState(1).uniform(0.2, 2.0, len(X)).astype(np.float32)
+    params = dict(learning_rate=RATES[rate], batch_size=batch_size, max_iter=3, random_state=0)
+    found = {
+        loop: trained(mlp_onnx, X, y, w, loop, **params).set_params(warm_start=True, max_iter=2)
+        for loop in (False, True)
+    }
+    for trainer in found.values():
+        trainer.fit(X, y, w)
+    step, loop = found[False], found[True]
+    assert len(loop.train_losses_) == 5
+    np.testing.assert_allclose(loop.train_losses_, step.train_losses_, rtol=1e-6)
+    for name, value in step.get_state().items():
+        np.testing.assert_allclose(loop.get_state()[name], value, rtol=1e-5, atol=1e-7)
+    if rate == "nesterov":
+        np.testing.assert_allclose(
+            loop._steps.get_optimizer_state()[0], step._steps.get_optimizer_state()[0],
+            rtol=1e-5, atol=1e-8,
+        )  # fmt: skip
+
+
+def test_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx):
+    from ortbench.bench.counters import count_runtime
+
+    X, y = regression
+    trainer = trained(mlp_onnx, X, y, None, True, batch_size=16, max_iter=1)
+    with count_runtime(trainer) as counts:
+        trainer.set_params(warm_start=True, max_iter=2).fit(X, y)
+    assert counts.runs == 2
+    assert counts.ortvalues == 0
+
+
+def test_epoch_loop_refuses_what_it_cannot_run(regression, mlp_onnx):
+    X, y = regression
+    with pytest.raises(OrtBenchError, match="backend='portable'"):
+        FullTrainer(mlp_onnx, backend="ort-training", epoch_loop=True).fit(X, y)
+    with pytest.raises(OrtBenchError, match="CPU only"):
+        FullTrainer(mlp_onnx, device="cuda", epoch_loop=True).fit(X, y)
+    with pytest.raises(OrtBenchError, match="True or False"):
+        FullTrainer(mlp_onnx, epoch_loop="yes").fit(X, y)

@@ -1,0 +1,121 @@
+"""Each loss is written three times in one class: its ONNX graphs, its numpy rows and its
+torch rows. The three agree in value, and torch's autograd agrees with the gradient graph."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from skl2onnx import to_onnx
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.neural_network import MLPRegressor
+
+from ortbench.bench.contenders import make_contender
+from ortbench.bench.user_model import USER_LOSSES, UserFiles, load_user_problem
+from ortbench.training.losses import (
+    LOSSES,
+    ElasticLearningLoss,
+    NegLogLearningLoss,
+    SquareLearningLoss,
+    loss_from_name,
+)
+
+torch = pytest.importorskip("torch")
+
+#: Every loss by its name, and the variants its parameters select.
+CASES = {
+    **{name: loss_from_name(name) for name in LOSSES},
+    "squared_error-seed": SquareLearningLoss(convention="seed"),
+    "elastic-0.2-0.9": ElasticLearningLoss(0.2, 0.9),
+    "log-sigmoid": NegLogLearningLoss(probability_function="sigmoid"),
+    "log-softmax": NegLogLearningLoss(probability_function="softmax"),
+}
+
+
+def batch(loss, rows: int = 7, columns: int = 3):
+    """Predictions and targets of the kind ``loss`` reads, and sample weights."""
+    rng = np.random.default_rng(5)
+    weight = rng.uniform(0.5, 2, rows)
+    if not loss.is_classification:
+        predicted = rng.standard_normal((rows, columns))
+        return predicted, rng.standard_normal((rows, columns)), weight
+    expected = np.eye(columns)[rng.integers(0, columns, rows)]
+    if loss.probability_function == "sigmoid":  # independent binary columns
+        expected = rng.integers(0, 2, (rows, columns)).astype(np.float64)
+    if loss.probability_function is None:
+        return rng.dirichlet(np.ones(columns), rows), expected, weight
+    return 3 * rng.standard_normal((rows, columns)), expected, weight
+
+
+def run(model, feeds):
+    session = onnxruntime.InferenceSession(model.SerializeToString())
+    return session.run(None, {k: v.astype(np.float32) for k, v in feeds.items()})
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_numpy_rows_are_the_samples_graph(name):
+    loss = CASES[name]
+    predicted, expected, _ = batch(loss)
+    (graph_rows,) = run(
+        loss.build_samples_function(), {"expected": expected, "predicted": predicted}
+    )
+    np.testing.assert_allclose(loss.numpy_rows(predicted, expected), graph_rows, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_torch_rows_and_autograd_are_the_loss_graph(name):
+    loss = CASES[name]
+    predicted, expected, weight = batch(loss)
+    tensor = torch.tensor(predicted, requires_grad=True)
+    rows = loss.torch_rows(tensor, torch.tensor(expected))
+    np.testing.assert_allclose(
+        rows.detach().numpy(), loss.numpy_rows(predicted, expected), rtol=1e-12
+    )
+    share = weight / weight.sum()
+    (rows * torch.tensor(share)).sum().backward()
+    scale = share.reshape(-1, 1)
+    feeds = {"expected": expected, "predicted": predicted, "loss_scale": scale}
+    value, gradient = run(loss.build_onnx_function(), {**feeds, "grad_scale": scale})
+    assert value == pytest.approx(float(share @ rows.detach().numpy()), rel=1e-5)
+    np.testing.assert_allclose(gradient, tensor.grad.numpy(), rtol=1e-4, atol=1e-7)
+
+
+def test_neglog_rows_are_scikit_learn_log_loss():
+    from sklearn.metrics import log_loss
+
+    loss = LOSSES["log"]()
+    predicted, expected, weight = batch(loss)
+    labels = expected.argmax(axis=1)
+    rows = loss.numpy_rows(predicted, expected)
+    assert np.average(rows, weights=weight) == pytest.approx(
+        log_loss(labels, predicted, sample_weight=weight, labels=range(3)), rel=1e-12
+    )
+
+
+def test_a_user_problem_trains_with_a_loss_found_by_its_name(tmp_path):
+    """``--loss elastic``, which no contender names in its own code: the starting loss is
+    the elastic loss of the model's output, and the engine's contenders and torch follow
+    one trajectory."""
+    rng = np.random.RandomState(0)
+    X = rng.randn(300, 5).astype(np.float32)
+    y = np.sin(X[:, 0]) + X[:, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mlp = MLPRegressor(hidden_layer_sizes=(6,), max_iter=1, random_state=0).fit(X, y)
+    onnx.save(to_onnx(mlp, X[:1]), tmp_path / "m.onnx")
+    np.savez(tmp_path / "m.npz", X=X, y=y)
+    assert "elastic" in USER_LOSSES
+    files = UserFiles(str(tmp_path / "m.onnx"), (str(tmp_path / "m.npz"),), loss="elastic")
+    problem = load_user_problem(files)
+    data = problem.data
+    error = mlp.predict(data.X_train).astype(np.float64) - data.y_train
+    own = np.mean(0.5 * np.abs(error) + 0.5 * error**2)
+    assert problem.loss(data.y_train, mlp.predict(data.X_train)) == pytest.approx(own, rel=1e-6)
+    names = ["ort-fwbw", "ort-full", "ort-portable-fwbw", "torch-sgd"]
+    found = {n: make_contender(n, problem, 16, shuffle=False).fit(3).loss_curve_ for n in names}
+    assert found["ort-fwbw"][-1] < own
+    for name in names[1:]:
+        np.testing.assert_allclose(found[name], found[names[0]], rtol=1e-4, err_msg=name)
