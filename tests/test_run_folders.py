@@ -225,8 +225,8 @@ def test_a_run_folder_is_named_after_its_run(tmp_path):
 
 
 def test_a_report_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):
-    def full(folder):
-        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "speedup.png"))
+    def full(results):
+        raise OSError(errno.ENOSPC, "No space left on device", str(results.folder / "speedup.png"))
 
     monkeypatch.setattr("ortbench.report.html.write_plots", full)
     assert main(["bench", *TINY.split(), "--out", str(tmp_path)]) == 2
