@@ -40,7 +40,7 @@ def test_concurrent_processes_get_their_own_folders(tmp_path):
 
 
 def test_concurrent_runs_into_one_out_keep_their_rows_apart(tmp_path, monkeypatch):
-    monkeypatch.setattr("ortbench.runtime_commands.run_id_now", lambda: "20260101-000000")
+    monkeypatch.setattr("ortbench.commands.bench.run_id_now", lambda: "20260101-000000")
     statuses = []
 
     def run() -> None:
