@@ -284,6 +284,8 @@ def test_report_of_bad_rows_names_them_and_draws_the_rest(tmp_path, capsys):
         (["compare", "{folder}", "{folder}", "--out", "{folder}"], "it is a folder"),
         (["compare", "{text}", "{folder}"], "is not an asv result file"),
         (["compare", "{folder}", "{folder}", "--threshold", "0"], "--threshold must be > 0"),
+        (["compare", "{folder}", "{folder}", "--warn", "0.2"], "--warn must be between 0 and"),
+        (["profile", "ort-fwbw", "--min-fraction", "1"], "--min-fraction must be in [0, 1)"),
         (["report", "{text}"], "no run folder at"),
         (["profile", "ort-fwbw", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
         (["profile", "ort-fwbw", "--model", "{text}"], None),
