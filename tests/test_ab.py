@@ -244,6 +244,7 @@ def test_pins_this_environment_does_not_satisfy(tmp_path):
         (["tests", "."], "without ortbench/__init__.py"),
         ([".", ".", "--repeat", "12"], "too few pairs"),  # 13 is the least: 7 blocks
         ([".", ".", "--threshold", "0"], "--threshold must be > 0"),
+        ([".", ".", "--warn", "0.2"], "--warn must be between 0 and --threshold"),
     ],
 )
 def test_bad_input_is_one_line(argv, message, tmp_path, capsys, monkeypatch):

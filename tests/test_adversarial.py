@@ -21,7 +21,7 @@ from sklearn.neural_network import MLPRegressor
 from ortbench.bench.checkouts import checkout
 from ortbench.bench.store import COLUMNS, RESULTS_CSV, RESULTS_JSONL, ResultsWriter
 from ortbench.cli import _parser, main
-from ortbench.runtime_commands import _matrix_config
+from ortbench.commands.bench import matrix_config
 from ortbench.training import ForwardBackwardTrainer, FullTrainer, OrtBenchError
 
 TRAINERS = [ForwardBackwardTrainer, FullTrainer]
@@ -130,7 +130,7 @@ def test_bench_and_profile_out_refuse_a_run_data_file(tmp_path, capsys, command)
 
 def test_repeated_values_run_once_with_one_note(capsys):
     argv = ["bench", "--contenders", "ort-fwbw", "ort-fwbw", "--batch-sizes", "16", "16"]
-    config = _matrix_config(_parser().parse_args(argv))
+    config = matrix_config(_parser().parse_args(argv))
     assert config.contenders == ("ort-fwbw",) and config.batch_sizes == (16,)
     assert capsys.readouterr().err == (
         "ortbench: note: repeated values run once: --contenders ort-fwbw ort-fwbw; "
@@ -278,14 +278,16 @@ def test_report_of_bad_rows_names_them_and_draws_the_rest(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["bench", "--batch-sizes", "abc"], "batch sizes must be integers, got abc"),
+        (["bench", "--batch-sizes", "abc"], "--batch-sizes must be integers, got abc"),
         (["bench", "--contenders", ""], None),
         (["bench", "--contenders", "nope"], "nope"),
         (["compare", "{folder}", "{folder}", "--out", "{folder}"], "it is a folder"),
         (["compare", "{text}", "{folder}"], "is not an asv result file"),
         (["compare", "{folder}", "{folder}", "--threshold", "0"], "--threshold must be > 0"),
+        (["compare", "{folder}", "{folder}", "--warn", "0.2"], "--warn must be between 0 and"),
+        (["profile", "ort-fwbw", "--min-fraction", "1"], "--min-fraction must be in [0, 1)"),
         (["report", "{text}"], "no run folder at"),
-        (["profile", "ort-fwbw", "--batch-size", "0"], "--batch-size and --epochs must be >= 1"),
+        (["profile", "ort-fwbw", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
         (["profile", "ort-fwbw", "--model", "{text}"], None),
         (["profile", "ort-fwbw", "--model", "{folder}"], None),
         (["bench", "--model", "{text}", "--data", "{text}"], None),

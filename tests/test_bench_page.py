@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import math
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from ortbench.bench.store import COLUMNS, ResultsWriter
-from ortbench.report.html import write_index
+from ortbench.cli import main
+from ortbench.report.html import write_index, write_reports
 from ortbench.report.markdown import markdown_to_html
 from ortbench.report.plots import PLOT_CAPTIONS
 from ortbench.report.scaling import SCALING_PNG, has_model_sizes
 from ortbench.report.summary import SUMMARY_MD, bench_summary, conclusion, run_plots
+from ortbench.schema import RESULTS_CSV
 
 #: Seconds per step by (problem, batch size, contender): ort-fwbw 3.3x then 6.5x faster
 #: than scikit-learn on the small model; on the big one ort-full wins at batch 256.
@@ -194,3 +197,28 @@ def test_the_score_column_says_what_the_score_is(problem, name):
     results = _results(("mlp",)).assign(problem=problem)
     (section,) = bench_summary(results).sections
     assert name in section.table.headers
+
+
+def test_every_report_of_a_run_folder_reads_its_results_once(tmp_path, monkeypatch, capsys):
+    """The plots, the scaling plot, ``summary.md`` and ``index.html`` of one run (as bench
+    and merge write them, and as ``ortbench report`` rewrites the page) draw on one read of
+    ``results.csv``."""
+    folder = _folder(tmp_path)
+    reads = []
+    read_csv = pd.read_csv
+
+    def counted(path, *args, **kwargs):
+        reads.append(Path(path).name)
+        return read_csv(path, *args, **kwargs)
+
+    monkeypatch.setattr(pd, "read_csv", counted)
+    text = write_reports(folder)
+    assert reads.count(RESULTS_CSV) == 1
+    assert text == (folder / SUMMARY_MD).read_text(encoding="utf-8")
+    assert "ort-fwbw fastest at every batch size" in text
+    for name in [*PLOT_CAPTIONS, SCALING_PNG, "index.html"]:
+        assert (folder / name).stat().st_size > 0, name
+    reads.clear()
+    assert main(["report", str(folder)]) == 0
+    assert capsys.readouterr().out.strip() == str(folder / "index.html")
+    assert reads.count(RESULTS_CSV) == 1

@@ -181,7 +181,7 @@ def test_cli_bench_prints_the_summary(tmp_path, capsys):
     ("argv", "message"),
     [
         (["bench", "--contenders", "nope"], "unknown contenders ['nope']"),
-        (["bench", "--batch-sizes", "ten"], "batch sizes must be integers"),
+        (["bench", "--batch-sizes", "ten"], "--batch-sizes must be integers"),
         (["bench", "--batch-sizes", "0"], "batch sizes must be >= 1"),
         (["bench", "--epochs", "0"], "epochs must be >= 1"),
         (["bench", "--dataset", "mnist"], "unknown datasets ['mnist']"),

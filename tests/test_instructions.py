@@ -187,7 +187,7 @@ def test_profile_writes_the_counted_fit_as_callgrind_writes_it(tmp_path, monkeyp
     """``profile --instructions`` keeps the callgrind file of one counted fit, which
     callgrind_annotate reads, and its page's tables add up to callgrind_annotate's totals,
     per function too."""
-    monkeypatch.setattr("ortbench.runtime_commands.DEFAULT_CACHE", tmp_path / "cache")
+    monkeypatch.setattr("ortbench.commands.profile.DEFAULT_CACHE", tmp_path / "cache")
     monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)  # not what this test looks at
     argv = ["profile", CELL.contender, "--epochs", "1", "--instructions", "--out", str(tmp_path)]
     assert main(argv) == 0

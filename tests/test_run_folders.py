@@ -40,7 +40,7 @@ def test_concurrent_processes_get_their_own_folders(tmp_path):
 
 
 def test_concurrent_runs_into_one_out_keep_their_rows_apart(tmp_path, monkeypatch):
-    monkeypatch.setattr("ortbench.runtime_commands.run_id_now", lambda: "20260101-000000")
+    monkeypatch.setattr("ortbench.commands.bench.run_id_now", lambda: "20260101-000000")
     statuses = []
 
     def run() -> None:
@@ -225,8 +225,8 @@ def test_a_run_folder_is_named_after_its_run(tmp_path):
 
 
 def test_a_report_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):
-    def full(folder):
-        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "speedup.png"))
+    def full(results):
+        raise OSError(errno.ENOSPC, "No space left on device", str(results.folder / "speedup.png"))
 
     monkeypatch.setattr("ortbench.report.html.write_plots", full)
     assert main(["bench", *TINY.split(), "--out", str(tmp_path)]) == 2

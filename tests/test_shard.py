@@ -20,7 +20,6 @@ import pandas as pd
 import pytest
 from test_ab import CONFIG, FakeSide
 
-from ortbench import runtime_commands as cli
 from ortbench.bench import matrix
 from ortbench.bench.ab import AB_REPEAT, run_ab, side_label, write_sides
 from ortbench.bench.checkouts import Checkout
@@ -45,6 +44,8 @@ from ortbench.bench.store import (
     read_records,
 )
 from ortbench.cli import main
+from ortbench.commands import ab as ab_command
+from ortbench.commands import bench as bench_command
 from ortbench.report.html import write_reports
 from ortbench.report.paired import AB_MD, ab_comparison, ab_markdown
 from ortbench.schema import BASE, HEAD, SIDE, SIDES
@@ -114,9 +115,7 @@ def test_timings_balance_the_shards(tmp_path):
 
 @pytest.mark.parametrize("text", ["2", "0/3", "4/3", "a/b", "1/0", "-1/2"])
 def test_a_bad_shard_is_one_line(text, tmp_path, capsys):
-    with pytest.raises(SystemExit) as stop:
-        main(["bench", "--quick", "--shard", text, "--out", str(tmp_path)])
-    assert stop.value.code == 2
+    assert main(["bench", "--quick", "--shard", text, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--shard" in err[0]
     assert list(tmp_path.iterdir()) == []
@@ -342,8 +341,8 @@ def fake_sides(monkeypatch):
         log: list = []
         yield {BASE: FakeSide(BASE, log, 1.0), HEAD: Slower(HEAD, log, 1.0)}
 
-    monkeypatch.setattr(cli, "checkout", lambda ref, cache, log: CHECKOUTS[ref])
-    monkeypatch.setattr(cli, "started", started)
+    monkeypatch.setattr(ab_command, "checkout", lambda ref, cache, log: CHECKOUTS[ref])
+    monkeypatch.setattr(ab_command, "started", started)
 
 
 def verdicts(folder: Path) -> list[tuple[str, str, str]]:
@@ -374,7 +373,9 @@ def test_a_sharded_ab_command_judges_as_the_unsharded_one(tmp_path, fake_sides, 
 def test_an_interrupted_shard_is_incomplete(tmp_path, monkeypatch, capsys):
     """SIGINT during shard 2's second group: its folder keeps what finished, merge
     refuses it as incomplete; the shard run again merges."""
-    monkeypatch.setattr(cli, "write_calibration", lambda folder, repeat: None)  # not tested here
+    monkeypatch.setattr(
+        bench_command, "write_calibration", lambda folder, repeat: None
+    )  # not tested here
     argv = ["bench", "--contenders", "sklearn-mlp-sgd", "ort-portable-fwbw", "--problem"]
     argv += ["linear", "--dataset", "diabetes", "--batch-sizes", "8", "16", "24", "32"]
     argv += ["--devices", "cpu", "--epochs", "1", "--repeat", "2", "--out"]

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..bench.store import RESULTS_CSV, read_results
+from ..schema import RESULTS_CSV
 from . import profile_page
 from .plots import write_plots
+from .resultsets import ResultSet, load_result_set
 from .scaling import write_scaling_plot
 from .summary import (
     METHOD_TITLE,
@@ -169,19 +170,29 @@ def _method(summary: BenchSummary, results: pd.DataFrame) -> str:
     )
 
 
-def write_index(run_dir: str | Path) -> Path:
+def write_index(run: str | Path | ResultSet) -> Path:
     """Write ``index.html`` (and ``summary.md`` when the folder has bench results).
 
     The page's only title names the commands that wrote the folder and its run; a bench
     run's answer, tables and plots come first, then the profiles, then how it was
     measured, folded.
+
+    Parameters
+    ----------
+    run : str, Path or ResultSet
+        A run folder of ``ortbench bench`` or ``ortbench profile``, or its result set.
+
+    Returns
+    -------
+    Path
+        The page.
     """
-    run_dir = Path(run_dir)
+    run = load_result_set(run, measurements=False)
+    run_dir, results = run.folder, run.table
     sections, commands = [], []
-    results = read_results(run_dir) if (run_dir / RESULTS_CSV).exists() else None
     summary = None
     if results is not None and not results.empty:
-        write_summary(run_dir)
+        write_summary(run)
         summary = bench_summary(results, run_plots(run_dir, results))
         sections += _bench_sections(summary)
         commands.append("bench")
@@ -206,13 +217,26 @@ def write_index(run_dir: str | Path) -> Path:
     return path
 
 
-def write_reports(folder: str | Path) -> str:
-    """Write every report of a run folder (plots, ``summary.md``, ``index.html``), as
-    ``bench``, ``merge`` and ``report`` do; return the summary's text ("" without one)."""
-    write_plots(folder)
-    write_scaling_plot(folder)
-    write_index(folder)  # writes summary.md too, when a row is good
-    summary = Path(folder) / SUMMARY_MD
+def write_reports(run: str | Path | ResultSet) -> str:
+    """Write every report of a run folder (plots, ``summary.md``, ``index.html``) from its
+    results, read once, as ``bench`` and ``merge`` do; return the summary's text ("" without
+    one).
+
+    Parameters
+    ----------
+    run : str, Path or ResultSet
+        A run folder of ``ortbench bench``, or its result set.
+
+    Returns
+    -------
+    str
+        ``summary.md``'s text.
+    """
+    run = load_result_set(run, measurements=False)
+    write_plots(run)
+    write_scaling_plot(run)
+    write_index(run)  # writes summary.md too, when a row is good
+    summary = run.folder / SUMMARY_MD
     return summary.read_text(encoding="utf-8") if summary.exists() else ""
 
 

@@ -15,8 +15,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
-from ..bench.store import read_loss_curves, read_results
 from ..schema import BASELINE, CONTENDER_NAMES
+from .resultsets import ResultSet, load_result_set
 
 GROUP = ["problem", "dataset", "device"]
 _MARKERS = "osD^vPX<>*"
@@ -182,15 +182,25 @@ def _by_batch_size(results: pd.DataFrame, path: Path, speedup: bool) -> None:
     fig.savefig(path, dpi=DPI)
 
 
-def write_plots(folder: str | Path) -> list[Path]:
-    """Write the run's plots into its folder; return their paths (none if nothing ran)."""
-    folder = Path(folder)
-    results = read_results(folder)
-    results = results[results.status == "ok"]
-    if results.empty:
+def write_plots(run: str | Path | ResultSet) -> list[Path]:
+    """Write the run's plots into its folder.
+
+    Parameters
+    ----------
+    run : str, Path or ResultSet
+        A run folder of ``ortbench bench``, or its result set (read once for all reports).
+
+    Returns
+    -------
+    list of Path
+        The plots' paths (none if nothing ran).
+    """
+    run = load_result_set(run, measurements=False)
+    results = run.table
+    if results is None or (results := results[results.status == "ok"]).empty:
         return []
-    paths = [folder / name for name in PLOT_CAPTIONS]
-    _loss_curves(results, read_loss_curves(folder), paths[0])
+    paths = [run.folder / name for name in PLOT_CAPTIONS]
+    _loss_curves(results, run.loss_curves, paths[0])
     _by_batch_size(results, paths[1], speedup=False)
     _by_batch_size(results, paths[2], speedup=True)
     return paths

@@ -1,6 +1,8 @@
-"""Result sets to compare: an asv result file or an ``ortbench bench`` run folder.
+"""Result sets: an asv result file or an ``ortbench bench`` run folder, read once.
 
-Both become a mapping ``(benchmark, parameters) -> Measurement``. asv's files
+``compare`` judges either as a mapping ``(benchmark, parameters) -> Measurement``; the
+reports of a run folder (plots, ``summary.md``, ``index.html``) draw its results table and
+loss curves, each file read at first use and kept, so every renderer gets the same rows. asv's files
 (``<results_dir>/<machine>/<commit>-<environment>.json``) store, per benchmark, the
 parameter lists and one value per combination of them in cartesian-product order: a
 number, ``None`` when the benchmark failed, NaN when it was skipped (its setup raised
@@ -16,11 +18,19 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
-from ..bench.store import read_calibration, read_checked_records
+import pandas as pd
+
+from ..bench.store import (
+    read_calibration,
+    read_checked_records,
+    read_loss_curves,
+    read_results,
+)
 from ..errors import OrtBenchError
-from ..schema import KEYS, RESULTS_JSONL, SAMPLES
+from ..schema import KEYS, RESULTS_CSV, RESULTS_JSONL, SAMPLES
 
 #: The unit of deterministic counters: any increase is a regression.
 COUNT = "count"
@@ -60,16 +70,41 @@ class ResultSet:
     bad_rows: list[str] = field(default_factory=list)
     #: the parameters of the cells a bad row names: never judged, on either side
     left_out: set[str] = field(default_factory=set)
+    #: the run folder it was read from (None for an asv result file)
+    folder: Path | None = None
+
+    @cached_property
+    def table(self) -> pd.DataFrame | None:
+        """The run folder's results table: the good rows of ``results.csv``, bad ones in
+        ``attrs['bad_rows']`` (see :func:`ortbench.bench.store.read_results`), read at
+        first use; None when the folder has no ``results.csv`` (a profile's).
+
+        Raises
+        ------
+        OrtBenchError
+            When ``results.csv`` is malformed.
+        """
+        if self.folder is None or not (self.folder / RESULTS_CSV).exists():
+            return None
+        return read_results(self.folder)
+
+    @cached_property
+    def loss_curves(self) -> pd.DataFrame:
+        """The run folder's loss curves (one row per cell and epoch), read at first use."""
+        return read_loss_curves(self.folder)
 
 
-def load_result_set(path: str | Path) -> ResultSet:
+def load_result_set(path: str | Path | ResultSet, measurements: bool = True) -> ResultSet:
     """Read an asv result file or an ortbench bench run folder.
 
     Parameters
     ----------
-    path : str or Path
+    path : str, Path or ResultSet
         An asv result file (``<results_dir>/<machine>/<commit>-<env>.json``) or a run folder
-        of ``ortbench bench`` (holding ``results.jsonl``).
+        of ``ortbench bench`` (holding ``results.jsonl``); a result set is returned as is.
+    measurements : bool
+        False for a run folder's reports: its table and loss curves only, read at first
+        use (no ``results.jsonl`` needed: a profile's folder has none), no measurements.
 
     Returns
     -------
@@ -81,7 +116,13 @@ def load_result_set(path: str | Path) -> ResultSet:
     OrtBenchError
         When the path does not exist or holds anything but a well-formed result set.
     """
+    if isinstance(path, ResultSet):
+        return path
     path = Path(path)
+    if not measurements:
+        if not path.is_dir():
+            raise OrtBenchError(f"no run folder at {path}")
+        return ResultSet(f"run {path.name}", {}, folder=path)
     if path.is_dir():
         if (path / RESULTS_JSONL).exists():
             return _bench_folder(path)
@@ -142,6 +183,7 @@ def _bench_folder(folder: Path) -> ResultSet:
         read_calibration(folder),
         [f"{folder / RESULTS_JSONL} {row}" for row in bad],
         {row.cell for row in bad if row.cell is not None},
+        folder,
     )
 
 

@@ -17,9 +17,9 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
-from ..bench.store import read_results
 from ..schema import CONTENDER_NAMES
 from .plots import COLORS, DPI, WIDTH
+from .resultsets import ResultSet, load_result_set
 
 SCALING_PNG = "scaling.png"
 SCALING_CAPTION = (
@@ -89,13 +89,13 @@ def _by_size(ax, rows: pd.DataFrame, batch_size: int) -> None:
     ax.set_ylabel("µs per step")
 
 
-def write_scaling_plot(folder: str | Path) -> list[Path]:
+def write_scaling_plot(run: str | Path | ResultSet) -> list[Path]:
     """Write ``scaling.png`` into a run folder from its results.
 
     Parameters
     ----------
-    folder : str or Path
-        A run folder of ``ortbench bench``.
+    run : str, Path or ResultSet
+        A run folder of ``ortbench bench``, or its result set (read once for all reports).
 
     Returns
     -------
@@ -103,9 +103,8 @@ def write_scaling_plot(folder: str | Path) -> list[Path]:
         The plot's path, or nothing when no data set ran two model sizes (or the results
         predate the ``trained_values`` column).
     """
-    folder = Path(folder)
-    ok = _with_sizes(read_results(folder))
-    if ok.empty:
+    run = load_result_set(run, measurements=False)
+    if run.table is None or (ok := _with_sizes(run.table)).empty:
         return []
     order = {name: k for k, name in enumerate(CONTENDER_NAMES)}
     groups = list(ok.groupby(["dataset", "device"], sort=True))
@@ -153,6 +152,6 @@ def write_scaling_plot(folder: str | Path) -> list[Path]:
             labels.values(), labels.keys(), loc=where, ncols=min(len(labels), 3), title=title,
             fontsize=9, title_fontsize=9,
         )  # fmt: skip
-    path = folder / SCALING_PNG
+    path = run.folder / SCALING_PNG
     fig.savefig(path, dpi=DPI)
     return [path]

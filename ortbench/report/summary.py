@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..bench.store import read_results
 from ..bench.timing import MIN_EXTRA_SECONDS, SHORT_EPOCHS
-from ..schema import BASELINE, CONTENDER_NAMES, builtin_task
+from ..errors import OrtBenchError
+from ..schema import BASELINE, CONTENDER_NAMES, RESULTS_CSV, builtin_task
 from .plots import PLOT_CAPTIONS
+from .resultsets import ResultSet, load_result_set
 from .scaling import SCALING_CAPTION, SCALING_PNG, has_model_sizes
 from .units import format_seconds, round_to_noise
 from .verdicts import escape_cell
@@ -335,9 +336,29 @@ def summary_markdown(results: pd.DataFrame, plots: list[Plot] | None = None) -> 
     return "\n".join(lines) + "\n"
 
 
-def write_summary(folder: str | Path) -> str:
-    """Write ``summary.md`` into a run folder from its results; return its text."""
-    results = read_results(folder)
-    text = summary_markdown(results, run_plots(folder, results))
-    (Path(folder) / SUMMARY_MD).write_text(text, encoding="utf-8")
+def write_summary(run: str | Path | ResultSet) -> str:
+    """Write ``summary.md`` into a run folder from its results; return its text.
+
+    Parameters
+    ----------
+    run : str, Path or ResultSet
+        A run folder of ``ortbench bench``, or its result set (read once for all reports).
+
+    Returns
+    -------
+    str
+        The summary.
+
+    Raises
+    ------
+    OrtBenchError
+        When the folder holds no ``results.csv``, or a malformed one.
+    """
+    run = load_result_set(run, measurements=False)
+    if run.table is None:
+        raise OrtBenchError(
+            f"{run.folder} holds no {RESULTS_CSV}: not an ortbench bench run folder"
+        )
+    text = summary_markdown(run.table, run_plots(run.folder, run.table))
+    (run.folder / SUMMARY_MD).write_text(text, encoding="utf-8")
     return text

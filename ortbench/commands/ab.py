@@ -1,0 +1,198 @@
+"""``ortbench ab``: time BASE and HEAD side by side, one worker process each, and judge
+HEAD on the paired ratios. It takes ``bench``'s options (its parser is the parent)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from ..bench.ab import (
+    AB_REPEAT,
+    PairedCell,
+    SideResult,
+    Worker,
+    run_ab,
+    run_pair_group,
+    side_label,
+    started,
+    write_sides,
+)
+from ..bench.checkouts import DEFAULT_CACHE, checkout
+from ..bench.instructions import ROUNDS, counting_worker, run_count_group
+from ..bench.matrix import run_id_now
+from ..bench.store import KEYS, RESULTS_CSV, ResultsWriter, create_run_folder
+from ..bench.user_model import UserFiles
+from ..errors import OrtBenchError
+from ..progress import Progress
+from ..report.instruction_verdicts import THRESHOLD as INSTRUCTIONS_THRESHOLD
+from ..report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, blocks, min_pvalue
+from ..report.units import format_seconds
+from ..schema import PER_STEP, SIDE, SIDES
+from . import EXIT_FAILING, EXIT_INTERRUPTED, EXIT_NOTHING, RUNTIME_COMMANDS
+from .bench import matrix_config, shard_todo, start_shard
+from .options import add_verdict_options, count, positive
+
+#: Options of ``bench`` that ``ab`` takes but cannot honour, and why.
+AB_REFUSES = {
+    "keep_going": "ab's exit status is its verdict",
+    "baseline": "ab compares each contender with itself on the other side",
+}
+
+
+def rounds(args: argparse.Namespace) -> int:
+    """The rounds per cell and side: ``--repeat``, else the measure's default; enough
+    timed rounds for the paired test to reach p < ALPHA, or two counted ones for a spread.
+
+    Raises
+    ------
+    OrtBenchError
+        For too few rounds.
+    """
+    counting = args.measure == "instructions"
+    repeat = args.repeat or (ROUNDS if counting else AB_REPEAT)
+    if counting and repeat < 2:
+        raise OrtBenchError(f"--repeat must be at least 2 when counting, got {repeat}")
+    if not counting and min_pvalue(blocks(repeat)) >= ALPHA:
+        least = next(n for n in range(repeat, 100 * repeat) if min_pvalue(blocks(n)) < ALPHA)
+        raise OrtBenchError(
+            f"--repeat must be at least {least}, got {repeat}: too few pairs for the paired "
+            f"test to reach p < {ALPHA}"
+        )
+    return repeat
+
+
+def _measured(result: SideResult) -> str:
+    """A side's figure in the progress line: its median time or count per step."""
+    if result.samples:
+        return format_seconds(statistics.median(result.samples))
+    if PER_STEP in result.details:
+        return f"{result.details[PER_STEP]:,.0f} instructions"
+    return result.row["status"]
+
+
+def _progress(start: float):
+    """Cells as they finish, both sides' median times, with the time left."""
+    shown: list[Progress] = []
+
+    def report(done: int, total: int, paired: PairedCell) -> None:
+        times = ", ".join(f"{name} {_measured(r)}" for name, r in paired.sides.items())
+        if not shown:
+            shown.append(Progress(total, "ortbench ab", "cell"))
+        shown[0].step(f"{paired.cell.label}: {times}", time.perf_counter() - start)
+
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the matrix on both sides and judge HEAD: 1 on a regression or failure, 3 when no
+    cell ran on both sides, 130 when interrupted."""
+    for name, reason in AB_REFUSES.items():
+        if getattr(args, name):
+            raise OrtBenchError(f"--{name.replace('_', '-')} is for bench only: {reason}")
+    counting = args.measure == "instructions"
+    worker = counting_worker(Path(args.cache)) if counting else Worker
+    config = replace(matrix_config(args), repeat=rounds(args))
+    todo = shard_todo(args, config)
+
+    def log(line: str) -> None:
+        print(f"ortbench ab: {line}", file=sys.stderr)
+
+    sides = {
+        name: checkout(ref, Path(args.cache), log)
+        for name, ref in zip(SIDES, (args.base, args.head))
+    }
+    for name, side in sides.items():
+        log(f"{name} {side.label}: {side.tree} with {side.environment}")
+    folder = create_run_folder(args.out, run_id_now())
+    log(f"writing {folder}")
+    thresholds = (args.threshold, args.warn, args.instructions_threshold)
+    settings = {
+        "threshold": args.threshold,
+        "warn": args.warn,
+        "instructions_threshold": args.instructions_threshold,
+        "measure": args.measure,  # shards that measured differently do not merge
+    }
+    if not start_shard(args, folder, config, todo, settings):
+        write_sides(folder, sides)
+        return 0
+    progress = _progress(time.perf_counter())
+    labels = tuple(side_label(vars(s)) for s in sides.values())
+    try:
+        with started(folder, sides, worker) as workers:
+            writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
+            user = UserFiles.from_options(args)
+            run_group = run_count_group if counting else run_pair_group
+            run_ab(config, workers, writer, folder.name, progress, todo, user, run_group)
+    except KeyboardInterrupt:
+        if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
+            comparison = ab_comparison(folder, labels, *thresholds)
+            (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
+        print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return verdict(folder, labels, thresholds, log)
+
+
+def verdict(
+    folder: Path,
+    labels: tuple[str, ...],
+    thresholds: tuple[float, float, float],
+    log: Callable[[str], None],
+    note: str = "",
+) -> int:
+    """Judge an A/B run folder from all its rows at once (``thresholds``: threshold, warn
+    and instructions threshold), write and print ``ab.md`` (``note`` as its last
+    paragraph) and return the exit status."""
+    comparison = ab_comparison(folder, labels, *thresholds)
+    text = ab_markdown(comparison) + (f"\n{note}\n" if note else "")
+    (folder / AB_MD).write_text(text, encoding="utf-8")
+    print(text)
+    if comparison.compared == 0:
+        log("nothing to compare: no cell ran on both sides")
+        return EXIT_NOTHING
+    return EXIT_FAILING if comparison.failing else 0
+
+
+def add(commands: argparse._SubParsersAction, bench: argparse.ArgumentParser) -> None:
+    """Add ``ab``, with the options of ``bench`` (its parent parser)."""
+    parser = commands.add_parser(
+        "ab",
+        parents=[bench],  # bench's options choose the matrix
+        conflict_handler="resolve",
+        help=RUNTIME_COMMANDS["ab"],
+        description="Run the matrix on two git refs or checkout folders, one worker process "
+        "each, their timed fits alternated (A B B A ...); judge each cell on the paired "
+        "ratios HEAD / BASE. Writes OUT/<run-id>/ with a side column and ab.md. Exit 1 when "
+        "anything regressed or failed.",
+    )
+    parser.add_argument("base", metavar="BASE", help="git ref or checkout folder")
+    parser.add_argument("head", metavar="HEAD", help="git ref or checkout folder")
+    parser.add_argument(
+        "--repeat",
+        type=count,
+        help=f"rounds per cell and side (default {AB_REPEAT}; {ROUNDS} when counting instructions)",
+    )
+    add_verdict_options(parser)
+    parser.add_argument(
+        "--cache",
+        default=str(DEFAULT_CACHE),
+        help="exported trees, virtualenvs and the callgrind client (%(default)s)",
+    )
+    parser.add_argument(
+        "--measure",
+        choices=("time", "instructions"),
+        default="time",
+        help="time the fits, or count their instructions under valgrind's callgrind "
+        f"(needs valgrind and a C compiler; {ROUNDS} rounds unless --repeat)",
+    )
+    parser.add_argument(
+        "--instructions-threshold",
+        type=positive,
+        default=INSTRUCTIONS_THRESHOLD,
+        help=f"relative change of instructions per step that counts ({INSTRUCTIONS_THRESHOLD})",
+    )
+    parser.set_defaults(func=run)

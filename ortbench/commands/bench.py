@@ -1,0 +1,258 @@
+"""``ortbench bench``: run the comparison matrix into a new run folder and report it. Its
+options choose the matrix, for ``ab`` too (see :func:`matrix_config`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ..bench.calibration import write_calibration
+from ..bench.contenders import CONTENDERS
+from ..bench.datasets import DATASETS
+from ..bench.matrix import DEVICES, QUICK, UNSTABLE, BenchConfig, Cell, run_id_now, run_matrix
+from ..bench.problems import PROBLEMS, default_datasets, parse_hidden, sized_problems
+from ..bench.shard import Shard, parse_shard, shard_cells, write_shard
+from ..bench.store import RESULTS_CSV, ResultsWriter, create_run_folder, read_records
+from ..bench.user_model import USER_LOSSES, UserFiles, load_user_problem
+from ..errors import OrtBenchError
+from ..progress import Progress
+from ..report.html import write_reports
+from ..report.summary import SUMMARY_MD
+from ..report.units import format_seconds
+from . import EXIT_FAILING, EXIT_INTERRUPTED, RUNTIME_COMMANDS
+from .options import count, integers, joined, names
+
+
+def _progress(start: float):
+    """Cells as they finish, with the time left: a bar on a terminal, else one line each."""
+    shown: list[Progress] = []
+
+    def report(done: int, total: int, cell: Cell, row: dict) -> None:
+        status = row["status"]
+        if status == "ok":
+            status = f"{format_seconds(row['seconds_per_step'])} per step"
+        if not shown:
+            shown.append(Progress(total, "ortbench bench", "cell"))
+        shown[0].step(f"{cell.label}: {status}", time.perf_counter() - start)
+
+    return report
+
+
+def matrix_config(args: argparse.Namespace) -> BenchConfig:
+    """The matrix the options of ``bench`` (or ``ab``) choose, checked; a value given twice
+    runs once (a note on stderr says so).
+
+    Raises
+    ------
+    OrtBenchError
+        For a matrix that cannot run.
+    """
+    config = QUICK if args.quick else BenchConfig()
+    overrides = {
+        "contenders": args.contenders and joined(args.contenders),
+        "problems": args.problem and joined(args.problem),
+        "datasets": args.dataset and joined(args.dataset),
+        "batch_sizes": args.batch_sizes and joined(args.batch_sizes),
+        "devices": args.devices and joined(args.devices),
+        "epochs": args.epochs,
+        "repeat": args.repeat,
+        "n_samples": args.n_samples,
+        "n_features": args.n_features,
+        "baseline": args.baseline,
+    }
+    overrides.update(_own_problems(args, overrides["problems"] or config.problems))
+    overrides["datasets"] = overrides["datasets"] or default_datasets(overrides["problems"])
+    repeated = []
+    for name, values in overrides.items():
+        if isinstance(values, tuple) and len(set(values)) < len(values):
+            repeated.append(f"--{name.replace('_', '-')} {' '.join(map(str, values))}")
+            overrides[name] = tuple(dict.fromkeys(values))
+    if repeated:
+        print(f"ortbench: note: repeated values run once: {'; '.join(repeated)}", file=sys.stderr)
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None}).check()
+
+
+def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
+    """The problems and data sets of ``--model``/``--data`` (checked and loaded before any
+    cell runs) or of ``--hidden``; nothing to override without them."""
+    user = UserFiles.from_options(args)
+    if user is not None:
+        if args.problem or args.dataset or args.hidden or args.n_samples or args.n_features:
+            raise OrtBenchError(
+                "--model and --data replace --problem, --dataset, --hidden, --n-samples "
+                "and --n-features"
+            )
+        problem = load_user_problem(user)
+        return {"problems": (problem.name,), "datasets": (problem.dataset,)}
+    if args.hidden:
+        hidden = parse_hidden(args.hidden)
+        return {"problems": sized_problems(problems, hidden)}
+    return {}
+
+
+def _shard_option(text: str) -> Shard:
+    """``--shard I/N``."""
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def shard_todo(args: argparse.Namespace, config: BenchConfig) -> list[Cell] | None:
+    """The cells of ``--shard`` (None without it: the whole matrix)."""
+    if args.shard is None:
+        if args.shard_timings:
+            raise OrtBenchError("--shard-timings balances shards: give --shard I/N too")
+        return None
+    return shard_cells(config, args.shard, args.shard_timings)
+
+
+def start_shard(
+    args: argparse.Namespace,
+    folder: Path,
+    config: BenchConfig,
+    todo: list[Cell] | None,
+    settings: dict | None = None,
+) -> bool:
+    """Record the shard in its folder (``shard.json``); False when it holds no cell."""
+    if todo is None:
+        return True
+    write_shard(folder, args.command, config, args.shard, todo, settings)
+    if not todo:
+        print(
+            f"ortbench {args.command}: shard {args.shard} holds no cell (fewer groups of "
+            f"cells than shards); {folder} records it for ortbench merge",
+            file=sys.stderr,
+        )
+    return bool(todo)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the matrix and write its reports; 1 when a cell failed or was unstable (0 with
+    ``--keep-going``), 130 when interrupted."""
+    config = matrix_config(args)
+    todo = shard_todo(args, config)
+    folder = create_run_folder(args.out, run_id_now())
+    start = time.perf_counter()
+    print(f"ortbench bench: writing {folder}", file=sys.stderr)
+    if not start_shard(args, folder, config, todo):
+        return 0
+    try:
+        writer = ResultsWriter(folder)
+        write_calibration(folder, config.repeat)
+        run_matrix(config, writer, folder.name, progress=_progress(start), only=todo)
+        write_calibration(folder, config.repeat)
+    except KeyboardInterrupt:
+        if (folder / RESULTS_CSV).exists():
+            write_reports(folder)
+        print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(write_reports(folder))
+    elapsed = time.perf_counter() - start
+    print(
+        f"ortbench bench: {folder / SUMMARY_MD} and plots written in {elapsed:.0f}s",
+        file=sys.stderr,
+    )
+    statuses = [record["status"] for record in read_records(folder)]
+    if "ok" not in statuses and not any(s.startswith(UNSTABLE) for s in statuses):
+        raise OrtBenchError(f"no cell could run ({statuses[0] if statuses else 'no cells'})")
+    bad = [s for s in statuses if s.startswith(("failed", UNSTABLE))]
+    if bad and not args.keep_going:
+        print(
+            f"ortbench bench: {len(bad)} cells failed or unstable (see {folder / SUMMARY_MD}); "
+            "--keep-going exits 0 on them",
+            file=sys.stderr,
+        )
+        return EXIT_FAILING
+    return 0
+
+
+def add_own_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model, --data and their options, the same on bench, ab and profile."""
+    own = parser.add_argument_group("your own model and data")
+    own.add_argument("--model", metavar="FILE.onnx", help="train this ONNX model")
+    own.add_argument(
+        "--data",
+        nargs="+",
+        metavar="FILE",
+        help="its data: .npz (X, y, sample_weight), X.npy y.npy [w.npy], .csv or .parquet",
+    )
+    own.add_argument("--target", metavar="COLUMN", help="the target column of .csv/.parquet data")
+    own.add_argument("--sample-weight", metavar="COLUMN", help="the sample weights' column")
+    own.add_argument("--weights", nargs="+", metavar="NAME", help="initializers to train")
+    own.add_argument("--loss", choices=USER_LOSSES, help="training loss (default: log for a "
+                     "classifier, else squared_error)")  # fmt: skip
+
+
+def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``bench``; its parser is ``ab``'s parent."""
+    bench = commands.add_parser(
+        "bench",
+        help=RUNTIME_COMMANDS["bench"],
+        description="Run contenders x problems x data sets x batch sizes x devices and write "
+        "results.csv, results.jsonl, loss_curves.csv, summary.md and plots into OUT/<run-id>/.",
+    )
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a short run: {', '.join(QUICK.contenders)} on {QUICK.problems[0]} at batch "
+        f"sizes {', '.join(map(str, QUICK.batch_sizes))} (other options still apply)",
+    )
+    bench.add_argument(
+        "--contenders", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(CONTENDERS)}"
+    )
+    bench.add_argument(
+        "--problem", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(PROBLEMS)}"
+    )
+    bench.add_argument(
+        "--dataset", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}"
+    )
+    bench.add_argument("--batch-sizes", type=integers, nargs="+", metavar="N")
+    bench.add_argument(
+        "--devices",
+        type=names,
+        nargs="+",
+        metavar="NAME",
+        help=f"of {', '.join(DEVICES)} (default: those this machine has)",
+    )
+    bench.add_argument(
+        "--epochs",
+        type=int,
+        help="epochs of the first fit, and how many more the long timed fit runs than the "
+        f"short one (default {BenchConfig.epochs})",
+    )
+    bench.add_argument(
+        "--repeat",
+        type=int,
+        help=f"timing rounds per cell, a short and a long fit each (default {BenchConfig.repeat})",
+    )
+    bench.add_argument("--hidden", nargs="+", metavar="H1,H2", help="MLP sizes: 50,10 256,128")
+    bench.add_argument("--n-samples", type=count, metavar="N", help="rows of each data set")
+    bench.add_argument("--n-features", type=count, metavar="N", help="features of generated data")
+    bench.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
+    add_own_model_options(bench)
+    sharding = bench.add_argument_group("one matrix over several machines")
+    sharding.add_argument(
+        "--shard",
+        type=_shard_option,
+        metavar="I/N",
+        help="run the I-th of N parts of the matrix (whole groups of cells, balanced); "
+        "ortbench merge joins the N run folders",
+    )
+    sharding.add_argument(
+        "--shard-timings",
+        metavar="RUN_DIR",
+        help="balance the parts on the cells' times in this earlier run folder (default: "
+        "on their number)",
+    )
+    bench.add_argument("--out", default="reports", help="parent folder of the run folder")
+    bench.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="exit 0 even when cells failed or were unstable (default: exit 1)",
+    )
+    bench.set_defaults(func=run)
+    return bench

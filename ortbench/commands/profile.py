@@ -1,0 +1,112 @@
+"""``ortbench profile``: profile one contender's training run into a new run folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..bench.checkouts import DEFAULT_CACHE
+from ..bench.contenders import CONTENDERS, Unavailable, make_contender
+from ..bench.datasets import DATASETS
+from ..bench.instructions import client_library
+from ..bench.matrix import DEVICES, run_id_now
+from ..bench.problems import PROBLEMS, make_problem, parse_hidden, problem_name
+from ..bench.store import create_run_folder, usable_folder
+from ..bench.user_model import UserFiles, load_user_problem
+from ..errors import OrtBenchError
+from ..profiling.driver import ProfileRequest, profile
+from ..report.html import write_index
+from . import EXIT_INTERRUPTED, RUNTIME_COMMANDS
+from .bench import add_own_model_options
+from .options import count, fraction
+
+
+def _request(args: argparse.Namespace) -> ProfileRequest:
+    """What to profile: the user's model and data, or a problem (sized by ``--hidden``)."""
+    problem, dataset = args.problem, args.dataset
+    user = UserFiles.from_options(args)
+    if user is not None:
+        load_user_problem(user)
+        problem, dataset = user.names
+    elif args.hidden:
+        (hidden,) = parse_hidden([args.hidden])
+        problem = problem_name(problem, hidden)
+    return ProfileRequest(
+        args.contender,
+        problem,
+        dataset,
+        args.batch_size,
+        args.epochs,
+        args.device,
+        args.min_fraction,
+        user and user.to_json(),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Profile, write the folder's page and print the profile's summary; 130 when
+    interrupted."""
+    client = client_library(DEFAULT_CACHE) if args.instructions else None  # before any file
+    usable_folder(args.out)
+    if args.contender not in CONTENDERS:
+        raise OrtBenchError(
+            f"unknown contender {args.contender!r}: expected one of {list(CONTENDERS)}"
+        )
+    request = _request(args)
+    try:
+        make_contender(
+            args.contender,
+            make_problem(request.problem, request.dataset),
+            args.batch_size,
+            args.device,
+        )
+    except Unavailable as e:
+        raise OrtBenchError(f"{args.contender} cannot run this cell: {e}") from None
+    folder = create_run_folder(args.out, run_id_now())
+    print(f"ortbench profile: writing {folder}", file=sys.stderr)
+    try:
+        profile_folder = profile(
+            request, folder, log=lambda line: print(line, file=sys.stderr), client=client
+        )
+    except KeyboardInterrupt:
+        write_index(folder)
+        print(f"\nortbench: interrupted: what was profiled is kept in {folder}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    index = write_index(folder)
+    print((profile_folder / "profile.md").read_text(encoding="utf-8"))
+    print(f"ortbench profile: {index} written", file=sys.stderr)
+    return 0
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    """Add ``profile``."""
+    parser = commands.add_parser(
+        "profile",
+        help=RUNTIME_COMMANDS["profile"],
+        description="Profile a training run of CONTENDER with cProfile, py-spy and "
+        "onnxruntime's profiler; write OUT/<run-id>/profile-CONTENDER/ and index.html.",
+    )
+    parser.add_argument("contender", metavar="CONTENDER", help=f"of {', '.join(CONTENDERS)}")
+    parser.add_argument("--problem", default="mlp", choices=PROBLEMS)
+    parser.add_argument("--hidden", metavar="H1,H2", help="the MLP's hidden layers: 256,128")
+    parser.add_argument("--dataset", default="make_regression", choices=DATASETS)
+    parser.add_argument("--batch-size", type=count, default=15)
+    parser.add_argument(
+        "--epochs", type=count, help="steady epochs to profile (default: about 2 s of them)"
+    )
+    parser.add_argument("--device", default="cpu", choices=DEVICES)
+    parser.add_argument(
+        "--min-fraction",
+        type=fraction,
+        default=0.001,
+        help="cut call-tree nodes below this share",
+    )
+    parser.add_argument("--out", default="reports", help="parent folder of the run folder")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count the steps' instructions under valgrind's callgrind too (needs valgrind "
+        "and a C compiler)",
+    )
+    add_own_model_options(parser)
+    parser.set_defaults(func=run)
