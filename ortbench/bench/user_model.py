@@ -31,8 +31,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from ..training import OrtBenchError
-from ..training.batch_axis import free_batch_axis
-from ..training.graph_tools import (
+from ..training.graphs.batch_axis import free_batch_axis
+from ..training.graphs.graph_tools import (
     check_weight_names,
     get_initializers,
     load_model,

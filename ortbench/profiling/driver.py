@@ -24,7 +24,7 @@ from pathlib import Path
 from ..bench.contenders import make_contender
 from ..bench.problems import make_problem
 from ..schema import EPOCH_LOOP, PROFILE_JSON
-from ..training.runtime import profiled_sessions
+from ..training.runtime.sessions import profiled_sessions
 from . import ort_profile, pyspy
 from .calltree import CallTree, profile_call
 from .hotspots import hotspots_markdown

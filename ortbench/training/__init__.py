@@ -20,18 +20,18 @@ except ModuleNotFoundError as e:
         raise
     raise missing_runtime() from None
 
-from .derivative import DerivativeOptions, onnx_derivative
 from .errors import ConvergenceError, NoGradientError, OrtBenchError
-from .forward_backward import ForwardBackwardTrainer
-from .full import FullTrainer
-from .graph_tools import onnx_rename_weights, rewrite_linear_nodes, trainable_initializers
+from .estimators.forward_backward import ForwardBackwardTrainer
+from .estimators.full import FullTrainer
+from .gradients.derivative import DerivativeOptions, onnx_derivative
+from .graphs.graph_tools import onnx_rename_weights, rewrite_linear_nodes, trainable_initializers
+from .graphs.loss_graph import add_loss_output
 from .learning_rates import (
     BaseLearningRate,
     LearningRateAdamW,
     LearningRateSGD,
     LearningRateSGDNesterov,
 )
-from .loss_graph import add_loss_output
 from .losses import (
     AbsoluteLearningLoss,
     BaseLearningLoss,

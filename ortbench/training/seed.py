@@ -38,12 +38,13 @@ import onnxruntime
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 
-from . import learning_rates, loss_graph, losses
-from .derivative import DerivativeOptions, onnx_derivative
+from . import learning_rates, losses
 from .errors import ConvergenceError, NotSupportedError, OrtBenchError
-from .forward_backward import ForwardBackwardTrainer
-from .full import FullTrainer
-from .graph_tools import (
+from .estimators.forward_backward import ForwardBackwardTrainer
+from .estimators.full import FullTrainer
+from .gradients.derivative import DerivativeOptions, onnx_derivative
+from .graphs import loss_graph
+from .graphs.graph_tools import (
     check_weight_names,
     inferred_shapes,
     load_model,

@@ -13,7 +13,7 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import SGDClassifier
 
 from ortbench.training import OrtBenchError
-from ortbench.training.graph_tools import select_outputs, trainable_initializers
+from ortbench.training.graphs.graph_tools import select_outputs, trainable_initializers
 from ortbench.training.seed import (
     NegLogLearningLoss,
     OrtGradientForwardBackwardOptimizer,

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from ...training import OrtBenchError
-from ...training.graph_tools import (
+from ...training.graphs.graph_tools import (
     check_weight_names,
     classifier_output,
     rewrite_linear_nodes,
