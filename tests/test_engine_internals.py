@@ -23,7 +23,7 @@ from ortbench.training import (
     LearningRateSGDNesterov,
 )
 from ortbench.training.gradients.derivative import choose_backend
-from ortbench.training.runtime.sessions import runtime_problem
+from ortbench.training.runtime.build import runtime_problem
 
 
 def test_default_backend_follows_the_installed_runtime(regression, mlp_onnx):

@@ -27,7 +27,8 @@ from ortbench.training import (
     rewrite_linear_nodes,
     trainable_initializers,
 )
-from ortbench.training.graphs.graph_tools import drop_noop_reshapes, load_model
+from ortbench.training.graphs.loading import load_model
+from ortbench.training.graphs.shapes import drop_noop_reshapes
 from ortbench.training.steps.buffers import WeightBuffers
 
 

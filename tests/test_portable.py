@@ -213,7 +213,7 @@ def assert_backends_agree(onx, inputs: dict, upstream: dict) -> None:
 
 @pytest.mark.parametrize("activation", ["relu", "tanh", "logistic"])
 def test_split_forward_backward_computes_nothing_twice(activation, regression):
-    from ortbench.training.graphs.graph_tools import weights_as_inputs
+    from ortbench.training.graphs.weights import weights_as_inputs
 
     X, y = regression
     onx = to_onnx(fitted_mlp(X, y, hidden=(6, 4), activation=activation), X[:1])

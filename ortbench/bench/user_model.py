@@ -32,14 +32,10 @@ from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from ..training import OrtBenchError
 from ..training.graphs.batch_axis import free_batch_axis
-from ..training.graphs.graph_tools import (
-    check_weight_names,
-    get_initializers,
-    load_model,
-    rewrite_linear_nodes,
-    select_outputs,
-    training_output,
-)
+from ..training.graphs.loading import load_model
+from ..training.graphs.nodes import rewrite_linear_nodes
+from ..training.graphs.outputs import select_outputs, training_output
+from ..training.graphs.weights import check_weight_names, get_initializers
 from .datasets import split_rows
 from .problems import Problem, reference_mlp, register
 

@@ -24,8 +24,9 @@ from .errors import ConvergenceError, NoGradientError, OrtBenchError
 from .estimators.forward_backward import ForwardBackwardTrainer
 from .estimators.full import FullTrainer
 from .gradients.derivative import DerivativeOptions, onnx_derivative
-from .graphs.graph_tools import onnx_rename_weights, rewrite_linear_nodes, trainable_initializers
 from .graphs.loss_graph import add_loss_output
+from .graphs.nodes import rewrite_linear_nodes
+from .graphs.weights import onnx_rename_weights, trainable_initializers
 from .learning_rates import (
     BaseLearningRate,
     LearningRateAdamW,

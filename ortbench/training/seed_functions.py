@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from .errors import OrtBenchError
 from .graphs.builder import GraphBuilder
-from .graphs.graph_tools import select_outputs
+from .graphs.outputs import select_outputs
 
 _FUNCTIONS: dict[str, Callable[..., onnx.ModelProto]] = {}
 

@@ -14,9 +14,9 @@ from onnx import TensorProto, numpy_helper
 from sklearn.utils import check_random_state
 
 from .errors import OrtBenchError
-from .graphs.graph_tools import trainable_initializers
+from .graphs.weights import trainable_initializers
 from .runtime import capi
-from .runtime.sessions import ort_device, providers
+from .runtime.devices import ort_device, providers
 
 _PROTO_TYPES = {
     TensorProto.FLOAT: np.float32,

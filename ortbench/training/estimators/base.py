@@ -24,26 +24,22 @@ from ...progress import Progress
 from ..errors import ConvergenceError, NotFittedTrainerError, OrtBenchError
 from ..gradients.derivative import choose_backend
 from ..graphs.batch_axis import free_batch_axis
-from ..graphs.graph_tools import (
-    check_shapes,
+from ..graphs.loading import fit_runtime, load_model
+from ..graphs.nodes import rewrite_linear_nodes
+from ..graphs.outputs import classifier_output, select_outputs, training_output, with_class_labels
+from ..graphs.shapes import check_shapes, data_input, drop_noop_reshapes
+from ..graphs.weights import (
     check_weight_names,
     check_weights_reach,
-    classifier_output,
-    data_input,
-    drop_noop_reshapes,
-    fit_runtime,
     get_initializers,
-    load_model,
-    rewrite_linear_nodes,
-    select_outputs,
     set_initializers,
-    training_output,
     weights_as_inputs,
-    with_class_labels,
 )
 from ..learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from ..losses import BaseLearningLoss, NegLogLearningLoss, SquareLearningLoss
-from ..runtime.sessions import SessionMaker, check_device, providers, quiet_logs
+from ..runtime.build import quiet_logs
+from ..runtime.devices import check_device, providers
+from ..runtime.sessions import SessionMaker
 from ..steps.batches import BatchLoader, as_float_matrix, check_sample_weight
 from ..steps.protocol import Steps
 

@@ -12,7 +12,7 @@ bound before the first step.
 from __future__ import annotations
 
 from ..errors import OrtBenchError
-from ..graphs.graph_tools import bias_names
+from ..graphs.weights import bias_names
 from ..learning_rates import BaseLearningRate, LearningRateAdamW
 from ..losses import BaseLearningLoss
 from ..penalties import BaseLearningPenalty, NoLearningPenalty

@@ -11,8 +11,9 @@ from __future__ import annotations
 from functools import partial
 
 from ..errors import OrtBenchError
-from ..graphs.graph_tools import select_outputs, unique_name
 from ..graphs.loss_graph import add_loss_output, scalar_loss, tensor_names
+from ..graphs.nodes import unique_name
+from ..graphs.outputs import select_outputs
 from ..learning_rates import BaseLearningRate
 from ..losses import BaseLearningLoss, loss_from_name
 from ..steps.batches import Batch

@@ -15,15 +15,12 @@ from onnx import TensorProto, helper
 
 from ..errors import ArgumentTypeError, OrtBenchError
 from ..graphs.builder import GraphBuilder
-from ..graphs.graph_tools import (
-    check_weight_names,
-    fit_runtime,
-    rewrite_linear_nodes,
-    trainable_initializers,
-    weights_as_inputs,
-)
+from ..graphs.loading import fit_runtime
+from ..graphs.nodes import rewrite_linear_nodes
+from ..graphs.weights import check_weight_names, trainable_initializers, weights_as_inputs
 from ..runtime import capi
-from ..runtime.sessions import check_training_build, quiet_logs, runtime_problem, session_options
+from ..runtime.build import check_training_build, quiet_logs, runtime_problem
+from ..runtime.sessions import session_options
 from .ort_preparation import gradient_builder_error, prepare_for_gradient_builder
 from .portable import vjp_graph
 from .relu_gradient import mask_relu_gradients

@@ -32,7 +32,10 @@ from onnx import helper
 
 from ..errors import NoGradientError, OrtBenchError
 from ..graphs.builder import GraphBuilder
-from ..graphs.graph_tools import FLOAT_TYPES, fit_runtime, inferred_shapes, node_attributes
+from ..graphs.loading import fit_runtime
+from ..graphs.nodes import node_attributes
+from ..graphs.shapes import inferred_shapes
+from ..graphs.weights import FLOAT_TYPES
 from ..runtime import capi
 from ..runtime.sessions import first_line, session_options
 

@@ -21,7 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import NoGradientError, OrtBenchError
 from ..graphs.builder import GraphBuilder
-from ..graphs.graph_tools import FLOAT_TYPES, inferred_shapes
+from ..graphs.shapes import inferred_shapes
+from ..graphs.weights import FLOAT_TYPES
 from .portable_rules import RULES, RuleContext
 
 __all__ = ["RULES", "split_forward_backward", "vjp_graph"]

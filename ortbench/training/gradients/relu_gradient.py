@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from ..graphs.builder import GraphBuilder
-from ..graphs.graph_tools import inferred_shapes
+from ..graphs.shapes import inferred_shapes
 
 #: Elements of the Relu's output from which the mask product replaces the one-node forms.
 MASK_FROM = 4096

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..runtime.sessions import MAX_IR_VERSION, MAX_OPSET
+from ..runtime.build import MAX_IR_VERSION, MAX_OPSET
 
 FLOAT = TensorProto.FLOAT
 

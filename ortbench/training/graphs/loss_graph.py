@@ -20,7 +20,10 @@ from ..losses import (
 )
 from ..penalties import ElasticLearningPenalty
 from .builder import GraphBuilder
-from .graph_tools import inferred_shapes, load_model, training_output, unique_name
+from .loading import load_model
+from .nodes import unique_name
+from .outputs import training_output
+from .shapes import inferred_shapes
 
 
 def add_loss_output(

@@ -28,7 +28,7 @@ from sklearn.utils import check_random_state
 
 from ..errors import OrtBenchError
 from ..runtime import capi
-from ..runtime.sessions import ort_device, parse_device
+from ..runtime.devices import ort_device, parse_device
 
 
 def as_float_matrix(X, name: str) -> np.ndarray:

@@ -20,10 +20,12 @@ from onnx import TensorProto, helper
 from ..errors import OrtBenchError
 from ..gradients.portable import vjp_graph
 from ..graphs.builder import GraphBuilder
-from ..graphs.graph_tools import fit_runtime, get_initializers, weights_as_inputs
+from ..graphs.loading import fit_runtime
+from ..graphs.weights import get_initializers, weights_as_inputs
 from ..learning_rates import BaseLearningRate, LearningRateAdamW
 from ..runtime import capi
-from ..runtime.sessions import SessionMaker, cpu_scalar
+from ..runtime.devices import cpu_scalar
+from ..runtime.sessions import SessionMaker
 from .batches import Batch, BatchLoader
 from .buffers import DoubleBufferedSteps, WeightBuffers, flat_width
 

@@ -22,12 +22,14 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..graphs.graph_tools import fit_runtime, get_initializers
+from ..graphs.loading import fit_runtime
+from ..graphs.weights import get_initializers
 from ..learning_rates import BaseLearningRate
 from ..losses import BaseLearningLoss
 from ..penalties import BaseLearningPenalty
 from ..runtime import capi
-from ..runtime.sessions import SessionMaker, cpu_scalar
+from ..runtime.devices import cpu_scalar
+from ..runtime.sessions import SessionMaker
 from .batches import Batch, BatchLoader
 from .buffers import DoubleBufferedSteps, WeightBuffers
 

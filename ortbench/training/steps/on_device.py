@@ -22,10 +22,12 @@ from onnx import numpy_helper
 from ..errors import OrtBenchError
 from ..gradients.ort_preparation import gradient_builder_error, prepare_for_gradient_builder
 from ..gradients.relu_gradient import mask_relu_gradients
-from ..graphs.graph_tools import fit_runtime
+from ..graphs.loading import fit_runtime
 from ..learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from ..runtime import capi
-from ..runtime.sessions import SessionMaker, cpu_scalar, native_stderr_silenced, training_module
+from ..runtime.build import training_module
+from ..runtime.devices import cpu_scalar
+from ..runtime.sessions import SessionMaker, native_stderr_silenced
 from .batches import Batch, BatchLoader
 
 

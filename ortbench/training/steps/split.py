@@ -15,7 +15,8 @@ from typing import NamedTuple
 import onnx
 
 from ..gradients.portable import split_forward_backward
-from ..graphs.graph_tools import fit_runtime, weights_as_inputs
+from ..graphs.loading import fit_runtime
+from ..graphs.weights import weights_as_inputs
 from ..runtime import capi
 from ..runtime.sessions import SessionMaker
 from .batches import Batch

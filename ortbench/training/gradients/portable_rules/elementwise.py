@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ...errors import OrtBenchError
-from ...graphs.graph_tools import node_attributes
+from ...graphs.nodes import node_attributes
 from ..relu_gradient import is_large, masked_gradient
 from .registry import rule
 

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 
 from ...errors import OrtBenchError
-from ...graphs.graph_tools import node_attributes
+from ...graphs.nodes import node_attributes
 from .conv import transposed_window, window_geometry
 from .reduce import spread
 from .registry import rule

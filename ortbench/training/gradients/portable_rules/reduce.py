@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ...graphs.graph_tools import node_attributes
+from ...graphs.nodes import node_attributes
 from .registry import rule
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from ...errors import OrtBenchError
-from ...graphs.graph_tools import node_attributes
+from ...graphs.nodes import node_attributes
 from .registry import rule
 
 
