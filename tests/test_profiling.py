@@ -118,7 +118,7 @@ def test_call_tree_of_a_trainer_fit(regression, mlp_onnx):
     root = tree.to_json()["root"]
     fits = [c for c in root["children"] if c["name"] == "fit"]
     assert len(fits) == 1 and fits[0]["calls"] == 1
-    assert fits[0]["where"].startswith("ortbench/training/estimators/base.py:")
+    assert fits[0]["where"].startswith("ortbench/training/estimators/fit_loop.py:")
     # the main tree; sections of mutually recursive functions (sklearn's clone) carry
     # cProfile's own double counting of re-entered calls on their edges
     assert_cumulative_bounds(root)

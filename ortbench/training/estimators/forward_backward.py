@@ -18,7 +18,8 @@ from ..losses import BaseLearningLoss
 from ..penalties import BaseLearningPenalty, NoLearningPenalty
 from ..steps.agent import AgentSteps
 from ..steps.split import SplitSteps
-from .base import BaseTrainer, shared_docstring
+from .base import BaseTrainer
+from .docstrings import shared_docstring
 
 
 @shared_docstring

@@ -19,7 +19,8 @@ from ..losses import BaseLearningLoss, loss_from_name
 from ..steps.batches import Batch
 from ..steps.fused import FusedSteps
 from ..steps.on_device import OnDeviceSteps
-from .base import BaseTrainer, shared_docstring
+from .base import BaseTrainer
+from .docstrings import shared_docstring
 
 
 @shared_docstring
