@@ -9,6 +9,21 @@
 ``OrtGradientOptimizer`` and ``OrtGradientForwardBackwardOptimizer`` are the seed's
 (onnxcustom's) classes with its parameters and conventions (:mod:`.seed`), subclasses of
 these two.
+
+The engine is five subpackages, each importing only those before it:
+
+==============  =====================================================================
+subpackage      its one job
+==============  =====================================================================
+``runtime``     the onnxruntime adapter: the build, devices, sessions, ``capi``
+``graphs``      the user's model loaded and edited, the small graphs, the loss graph
+``gradients``   gradient graphs: onnxruntime-training's builder, the portable rules
+``steps``       one step object per trainer and backend, staged batches, buffers
+``estimators``  the trainers: ``BaseTrainer``'s parts, ``FullTrainer``, ``ForwardBackwardTrainer``
+==============  =====================================================================
+
+The user's loss, penalty and learning-rate objects, the errors and the seed's API are
+the modules beside them.
 """
 
 from ..install import missing_runtime
