@@ -62,7 +62,7 @@ def fused_step_graph(
             shape = [flat_width(size)]
             weight = b.input(group, shape)
             flat = [b.op("Reshape", f"{n}_grad", b.const([-1], np.int64)) for n in names]
-            if shape[0] > size:  # the flat tensor's zero padding (see weights.py)
+            if shape[0] > size:  # the flat tensor's zero padding (see buffers.py)
                 flat.append(b.const(np.zeros(shape[0] - size)))
             grad = b.op("Concat", *flat, axis=0)
         states = [b.input(f"{group}_state", shape)] if rate.n_states else []

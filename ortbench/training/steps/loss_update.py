@@ -6,7 +6,7 @@ The loss graph scales the gradient it back-propagates by the optimizer's step fa
 (-lr for SGD; the loader stages it as each batch's gradient-scale column), so the
 backward pass yields the step ``e`` and the update is ``w + e`` for SGD, or two
 matrix-vector products over the stacked weight, state and step with momentum (see
-``learning_rates.py`` and ``weights.py``).
+:mod:`ortbench.training.learning_rates` and :mod:`.buffers`).
 
 :class:`LossUpdateSteps` owns what does not depend on how forward and backward run: the
 weights (double-buffered: a step reads parity A and writes parity B, the next step the
