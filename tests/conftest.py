@@ -8,7 +8,7 @@ from helpers import fitted_mlp
 from skl2onnx import to_onnx
 from sklearn.datasets import make_regression
 
-from ortbench.training.runtime import runtime_problem
+from ortbench.training.runtime.build import runtime_problem
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import pytest
 from test_browser import browser, open_page  # noqa: F401 (browser is a fixture)
 
 from ortbench.report.resultsets import load_result_set
-from ortbench.training.runtime import MAX_IR_VERSION
+from ortbench.training.runtime.build import MAX_IR_VERSION
 
 ASV = Path(os.environ.get("ORTBENCH_ASV", "")) if os.environ.get("ORTBENCH_ASV") else None
 pytestmark = pytest.mark.skipif(

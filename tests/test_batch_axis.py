@@ -13,7 +13,7 @@ from skl2onnx import to_onnx
 from skl2onnx.common.data_types import FloatTensorType
 
 from ortbench.training import ForwardBackwardTrainer, FullTrainer, OrtBenchError
-from ortbench.training.batch_axis import free_batch_axis
+from ortbench.training.graphs.batch_axis import free_batch_axis
 
 TORCH = importlib.util.find_spec("torch") is not None
 

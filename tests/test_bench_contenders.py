@@ -18,7 +18,7 @@ from ortbench.bench.contenders import CONTENDERS, Unavailable, make_contender
 from ortbench.bench.counters import count_runtime
 from ortbench.bench.memory import MemoryGrowth, memory_growth
 from ortbench.bench.problems import make_problem
-from ortbench.training import capi
+from ortbench.training.runtime import capi
 
 TORCH = importlib.util.find_spec("torch") is not None
 JAX = importlib.util.find_spec("jax") is not None

@@ -22,8 +22,8 @@ from ortbench.training import (
     LearningRateSGD,
     LearningRateSGDNesterov,
 )
-from ortbench.training.derivative import choose_backend
-from ortbench.training.runtime import runtime_problem
+from ortbench.training.gradients.derivative import choose_backend
+from ortbench.training.runtime.build import runtime_problem
 
 
 def test_default_backend_follows_the_installed_runtime(regression, mlp_onnx):
@@ -72,7 +72,7 @@ def test_flat_buffers_start_on_cache_lines_and_their_padding_stays_zero(
 def test_auto_threads_follow_the_work_of_a_step(trainer, backend, pools, mlp_onnx):
     """One intra-op thread below ONE_THREAD_WORK multiply-adds per step (or
     TWO_POOLS_ONE_THREAD_WORK where two large sessions run in turn), the pool above."""
-    from ortbench.training.base import ONE_THREAD_WORK, TWO_POOLS_ONE_THREAD_WORK
+    from ortbench.training.estimators.params import ONE_THREAD_WORK, TWO_POOLS_ONE_THREAD_WORK
 
     values = sum(w.size for w in trainer(mlp_onnx).initial_state().values())
     limit = ONE_THREAD_WORK if pools == 1 else TWO_POOLS_ONE_THREAD_WORK

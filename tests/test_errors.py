@@ -13,10 +13,9 @@ from ortbench.training import (
     LearningRateSGD,
     LearningRateSGDNesterov,
     OrtBenchError,
-    capi,
     onnx_derivative,
-    runtime,
 )
+from ortbench.training.runtime import build, capi
 
 TRAINERS = [FullTrainer, ForwardBackwardTrainer]
 
@@ -178,7 +177,7 @@ def test_runtime_without_training_support(monkeypatch):
     with raises_one_line(
         "is not the training build ortbench needs: install onnxruntime-training-cpu"
     ):
-        runtime.check_training_build()
+        build.check_training_build()
 
 
 def test_a_missing_onnxruntime_symbol_is_named_in_one_line(monkeypatch):

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ortbench.bench.store import RESULTS_CSV
 from ortbench.cli import main
 from ortbench.training import ForwardBackwardTrainer, FullTrainer, NoGradientError
-from ortbench.training.runtime import runtime_problem
+from ortbench.training.runtime.build import runtime_problem
 
 TORCH = importlib.util.find_spec("torch") is not None
 RNG = np.random.RandomState(0)

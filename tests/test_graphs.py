@@ -27,8 +27,9 @@ from ortbench.training import (
     rewrite_linear_nodes,
     trainable_initializers,
 )
-from ortbench.training.graph_tools import drop_noop_reshapes, load_model
-from ortbench.training.weights import WeightBuffers
+from ortbench.training.graphs.loading import load_model
+from ortbench.training.graphs.shapes import drop_noop_reshapes
+from ortbench.training.steps.buffers import WeightBuffers
 
 
 def run(model: onnx.ModelProto, feeds: dict) -> list:

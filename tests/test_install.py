@@ -15,8 +15,9 @@ from ortbench.bench.problems import make_problem
 from ortbench.bench.store import RESULTS_CSV
 from ortbench.cli import main
 from ortbench.install import EXTRAS
-from ortbench.training import OrtBenchError, runtime
-from ortbench.training.runtime import runtime_problem
+from ortbench.training import OrtBenchError
+from ortbench.training.runtime import build, devices
+from ortbench.training.runtime.build import runtime_problem
 
 #: What the training build alone runs, and what any onnxruntime build runs.
 TRAINING_ONLY = ["ort-full", "ort-fwbw", "ort-fwbw-nesterov"]
@@ -109,12 +110,12 @@ def test_a_listed_cuda_provider_that_does_not_load_is_not_available(monkeypatch)
         pytest.skip("this build lists CUDA itself: the test fakes a build that lists it")
     listed = ["CUDAExecutionProvider", "CPUExecutionProvider"]
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: listed)
-    runtime.cuda_loads.cache_clear()
+    build.cuda_loads.cache_clear()
     try:
         with pytest.raises(OrtBenchError, match="lists CUDAExecutionProvider but cannot load it"):
-            runtime.check_device("cuda", "portable")
+            devices.check_device("cuda", "portable")
         with pytest.raises(Unavailable, match="cannot load it"):
             make_contender("ort-portable-full", make_problem("linear", n_samples=60), 15, "cuda")
     finally:
-        runtime.cuda_loads.cache_clear()
-    runtime.check_device("cpu", "portable")
+        build.cuda_loads.cache_clear()
+    devices.check_device("cpu", "portable")

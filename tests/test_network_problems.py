@@ -18,8 +18,8 @@ from ortbench.bench.problems import check_problems, make_problem
 from ortbench.bench.store import RESULTS_CSV
 from ortbench.cli import main
 from ortbench.training import OrtBenchError
-from ortbench.training.graph_tools import get_initializers
-from ortbench.training.runtime import runtime_problem
+from ortbench.training.graphs.weights import get_initializers
+from ortbench.training.runtime.build import runtime_problem
 
 TORCH = importlib.util.find_spec("torch") is not None
 

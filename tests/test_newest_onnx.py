@@ -11,8 +11,8 @@ from onnx import TensorProto, helper
 
 from ortbench.training import ForwardBackwardTrainer, FullTrainer, LearningRateSGD
 from ortbench.training.errors import OrtBenchError
-from ortbench.training.graph_tools import fit_runtime
-from ortbench.training.runtime import max_ir_version
+from ortbench.training.graphs.loading import fit_runtime
+from ortbench.training.runtime.build import max_ir_version
 
 
 @pytest.mark.training_build

@@ -317,9 +317,9 @@ def test_failure_names_operator_and_node():
 def test_builder_source_text_becomes_operator_and_node():
     """The builder's own failure on torch's LayerNormalization (no statistics outputs)
     names the node, not the runtime's source file."""
-    from ortbench.training import capi
-    from ortbench.training.ort_preparation import gradient_builder_error
-    from ortbench.training.runtime import session_options
+    from ortbench.training.gradients.ort_preparation import gradient_builder_error
+    from ortbench.training.runtime import capi
+    from ortbench.training.runtime.sessions import session_options
 
     _, model = exported("LayerNorm", 17)
     loss = onnx.helper.make_node("ReduceSum", ["Y"], ["loss"], keepdims=0)

@@ -20,8 +20,8 @@ from ortbench.training import (
     OrtBenchError,
     onnx_derivative,
 )
-from ortbench.training.graph_builder import GraphBuilder
-from ortbench.training.portable import RULES, split_forward_backward, vjp_graph
+from ortbench.training.gradients.portable import RULES, split_forward_backward, vjp_graph
+from ortbench.training.graphs.builder import GraphBuilder
 
 RNG = np.random.default_rng(0)
 
@@ -213,7 +213,7 @@ def assert_backends_agree(onx, inputs: dict, upstream: dict) -> None:
 
 @pytest.mark.parametrize("activation", ["relu", "tanh", "logistic"])
 def test_split_forward_backward_computes_nothing_twice(activation, regression):
-    from ortbench.training.graph_tools import weights_as_inputs
+    from ortbench.training.graphs.weights import weights_as_inputs
 
     X, y = regression
     onx = to_onnx(fitted_mlp(X, y, hidden=(6, 4), activation=activation), X[:1])

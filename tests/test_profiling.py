@@ -26,7 +26,7 @@ from ortbench.report.plots import coinciding
 from ortbench.report.profile_page import calltree_html
 from ortbench.report.units import round_to_noise
 from ortbench.training import ForwardBackwardTrainer, LearningRateSGD
-from ortbench.training.runtime import profiled_sessions
+from ortbench.training.runtime.sessions import profiled_sessions
 
 
 def leaf():
@@ -118,7 +118,7 @@ def test_call_tree_of_a_trainer_fit(regression, mlp_onnx):
     root = tree.to_json()["root"]
     fits = [c for c in root["children"] if c["name"] == "fit"]
     assert len(fits) == 1 and fits[0]["calls"] == 1
-    assert fits[0]["where"].startswith("ortbench/training/base.py:")
+    assert fits[0]["where"].startswith("ortbench/training/estimators/fit_loop.py:")
     # the main tree; sections of mutually recursive functions (sklearn's clone) carry
     # cProfile's own double counting of re-entered calls on their edges
     assert_cumulative_bounds(root)

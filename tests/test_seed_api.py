@@ -43,7 +43,7 @@ from ortbench.training import (
     onnx_derivative,
     trainable_initializers,
 )
-from ortbench.training.graph_tools import select_outputs
+from ortbench.training.graphs.outputs import select_outputs
 from ortbench.training.seed import add_loss_output as seed_add_loss_output
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "seed")

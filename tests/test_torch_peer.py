@@ -72,7 +72,7 @@ def test_bench_trains_each_exported_module_with_every_contender(tmp_path, name, 
     contender and the torch peer train it, whether the export fixed its batch or not."""
     from ortbench.bench.store import RESULTS_CSV
     from ortbench.cli import main
-    from ortbench.training.runtime import runtime_problem
+    from ortbench.training.runtime.build import runtime_problem
 
     module = network(name)
     onnx.save(export(module, NETWORKS[name][1], batch=batch), tmp_path / "net.onnx")

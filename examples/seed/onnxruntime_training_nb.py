@@ -31,7 +31,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.neural_network import MLPRegressor
 
 from ortbench.training import DerivativeOptions, LearningRateSGDNesterov, onnx_derivative
-from ortbench.training.graph_tools import onnx_rename_weights, select_outputs
+from ortbench.training.graphs.outputs import select_outputs
+from ortbench.training.graphs.weights import onnx_rename_weights
 from ortbench.training.seed import (
     OrtGradientForwardBackwardOptimizer,
     OrtGradientOptimizer,

@@ -25,8 +25,8 @@ from skl2onnx import to_onnx
 from sklearn.datasets import make_regression
 from sklearn.neural_network import MLPRegressor
 
-from ortbench.training.graph_tools import onnx_rename_weights
-from ortbench.training.runtime import runtime_problem
+from ortbench.training.graphs.weights import onnx_rename_weights
+from ortbench.training.runtime.build import runtime_problem
 from ortbench.training.seed import (
     OrtGradientForwardBackwardOptimizer,
     OrtGradientOptimizer,

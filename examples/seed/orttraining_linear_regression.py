@@ -20,7 +20,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.metrics import mean_squared_error
 from sklearn.model_selection import train_test_split
 
-from ortbench.training.runtime import runtime_problem
+from ortbench.training.runtime.build import runtime_problem
 from ortbench.training.seed import (
     LearningRateSGD,
     OrtGradientForwardBackwardOptimizer,

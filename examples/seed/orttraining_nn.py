@@ -29,8 +29,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.neural_network import MLPRegressor
 
 from ortbench.training import ElasticLearningPenalty
-from ortbench.training.graph_tools import onnx_rename_weights
-from ortbench.training.runtime import runtime_problem
+from ortbench.training.graphs.weights import onnx_rename_weights
+from ortbench.training.runtime.build import runtime_problem
 from ortbench.training.seed import (
     LearningRateSGDNesterov,
     OrtGradientForwardBackwardOptimizer,

@@ -27,9 +27,10 @@ import onnx
 from threadpoolctl import threadpool_limits
 
 from ..schema import CALIBRATION_JSON, NUMPY_PROBE, ORT_PROBE
-from ..training.capi import Binding, make_session
-from ..training.graph_builder import GraphBuilder
-from ..training.runtime import cpu_scalar, session_options
+from ..training.graphs.builder import GraphBuilder
+from ..training.runtime.capi import Binding, make_session
+from ..training.runtime.devices import cpu_scalar
+from ..training.runtime.sessions import session_options
 from .store import read_calibration
 from .timing import settled_heap
 

@@ -3,7 +3,7 @@
 Timings are noisy; these counts are not. While :func:`count_runtime` is active, every epoch
 the trainer runs (``BaseTrainer._run_epoch``) is watched: the run methods and OrtValue
 factories of the onnxruntime classes the engine reads from its one adapter module
-(:mod:`ortbench.training.capi`) are replaced, for the duration of that epoch only, by
+(:mod:`ortbench.training.runtime.capi`) are replaced, for the duration of that epoch only, by
 wrappers that count
 
 - runs: each call that runs a graph or an optimizer step;
@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ..training import capi
+from ..training.runtime import capi
 
 #: onnxruntime classes and their methods that run a graph or an optimizer step.
 RUN_METHODS = {

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from ..training.graph_builder import GraphBuilder
+from ..training.graphs.builder import GraphBuilder
 
 #: Side of the square images the networks read.
 SIDE = 8

@@ -30,7 +30,8 @@ from sklearn.metrics import accuracy_score, r2_score
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from ..training import OrtBenchError
-from ..training.graph_tools import check_weight_names, get_initializers, rewrite_linear_nodes
+from ..training.graphs.nodes import rewrite_linear_nodes
+from ..training.graphs.weights import check_weight_names, get_initializers
 from ..training.losses import loss_from_name
 from .datasets import DATASETS, Split, load_split
 from .networks import NETWORKS

@@ -31,15 +31,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from ..training import OrtBenchError
-from ..training.batch_axis import free_batch_axis
-from ..training.graph_tools import (
-    check_weight_names,
-    get_initializers,
-    load_model,
-    rewrite_linear_nodes,
-    select_outputs,
-    training_output,
-)
+from ..training.graphs.batch_axis import free_batch_axis
+from ..training.graphs.loading import load_model
+from ..training.graphs.nodes import rewrite_linear_nodes
+from ..training.graphs.outputs import select_outputs, training_output
+from ..training.graphs.weights import check_weight_names, get_initializers
 from ..training.losses import LOSSES
 from .datasets import split_rows
 from .problems import Problem, reference_mlp, register

@@ -33,7 +33,7 @@ from ..bench.timing import SHORT_EPOCHS
 from ..bench.user_model import UserFiles
 from ..errors import OrtBenchError
 from ..schema import EPOCH_LOOP, PER_STEP, PROFILE_JSON
-from ..training.runtime import profiled_sessions
+from ..training.runtime.sessions import profiled_sessions
 from . import ort_profile, pyspy
 from .callgrind import instructions_markdown, read_instructions
 from .calltree import CallTree, profile_call

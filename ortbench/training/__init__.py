@@ -9,6 +9,21 @@
 ``OrtGradientOptimizer`` and ``OrtGradientForwardBackwardOptimizer`` are the seed's
 (onnxcustom's) classes with its parameters and conventions (:mod:`.seed`), subclasses of
 these two.
+
+The engine is five subpackages, each importing only those before it:
+
+==============  =====================================================================
+subpackage      its one job
+==============  =====================================================================
+``runtime``     the onnxruntime adapter: the build, devices, sessions, ``capi``
+``graphs``      the user's model loaded and edited, the small graphs, the loss graph
+``gradients``   gradient graphs: onnxruntime-training's builder, the portable rules
+``steps``       one step object per trainer and backend, staged batches, buffers
+``estimators``  the trainers: ``BaseTrainer``'s parts, ``FullTrainer``, ``ForwardBackwardTrainer``
+==============  =====================================================================
+
+The user's loss, penalty and learning-rate objects, the errors and the seed's API are
+the modules beside them.
 """
 
 from ..install import missing_runtime
@@ -20,18 +35,19 @@ except ModuleNotFoundError as e:
         raise
     raise missing_runtime() from None
 
-from .derivative import DerivativeOptions, onnx_derivative
 from .errors import ConvergenceError, NoGradientError, OrtBenchError
-from .forward_backward import ForwardBackwardTrainer
-from .full import FullTrainer
-from .graph_tools import onnx_rename_weights, rewrite_linear_nodes, trainable_initializers
+from .estimators.forward_backward import ForwardBackwardTrainer
+from .estimators.full import FullTrainer
+from .gradients.derivative import DerivativeOptions, onnx_derivative
+from .graphs.loss_graph import add_loss_output
+from .graphs.nodes import rewrite_linear_nodes
+from .graphs.weights import onnx_rename_weights, trainable_initializers
 from .learning_rates import (
     BaseLearningRate,
     LearningRateAdamW,
     LearningRateSGD,
     LearningRateSGDNesterov,
 )
-from .loss_graph import add_loss_output
 from .losses import (
     AbsoluteLearningLoss,
     BaseLearningLoss,

@@ -43,7 +43,7 @@ import onnx
 from sklearn.base import BaseEstimator
 
 from .errors import OrtBenchError
-from .graph_builder import GraphBuilder
+from .graphs.builder import GraphBuilder
 from .penalties import BaseLearningPenalty, NoLearningPenalty
 
 _SCHEDULES = ("constant", "invscaling", "optimal")

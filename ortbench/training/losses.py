@@ -21,7 +21,7 @@ from scipy import special
 from sklearn.base import BaseEstimator
 
 from .errors import OrtBenchError
-from .graph_builder import GraphBuilder
+from .graphs.builder import GraphBuilder
 
 #: Probabilities are clipped to [EPS, 1 - EPS] before the log, as scikit-learn does.
 EPS = float(np.finfo(np.float32).eps)
@@ -89,7 +89,7 @@ class BaseLearningLoss(BaseEstimator):
         Inputs: ``expected`` (n, c), ``predicted`` (n, c), ``loss_scale`` (n, 1), each
         row's share of the batch loss (w / sum(w), or 1 / n), and ``grad_scale`` (n, 1),
         what multiplies each row's derivative. Both are per-batch data the loader computes
-        once per epoch (see :class:`ortbench.training.data.BatchLoader`): the trainer sets
+        once per epoch (see :class:`ortbench.training.steps.batches.BatchLoader`): the trainer sets
         ``grad_scale`` to the loss scale times the optimizer's step factor, so the
         backward pass yields the weight step itself. Outputs: ``loss`` (scalar) and
         ``loss_grad`` (n, c), the scaled gradient of the loss wrt ``predicted``.

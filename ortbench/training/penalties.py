@@ -11,7 +11,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .errors import OrtBenchError
-from .graph_builder import GraphBuilder
+from .graphs.builder import GraphBuilder
 from .losses import select_named
 
 

@@ -38,19 +38,17 @@ import onnxruntime
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 
-from . import learning_rates, loss_graph, losses
-from .derivative import DerivativeOptions, onnx_derivative
+from . import learning_rates, losses
 from .errors import ConvergenceError, NotSupportedError, OrtBenchError
-from .forward_backward import ForwardBackwardTrainer
-from .full import FullTrainer
-from .graph_tools import (
-    check_weight_names,
-    inferred_shapes,
-    load_model,
-    rewrite_linear_nodes,
-    select_outputs,
-    set_initializers,
-)
+from .estimators.forward_backward import ForwardBackwardTrainer
+from .estimators.full import FullTrainer
+from .gradients.derivative import DerivativeOptions, onnx_derivative
+from .graphs import loss_graph
+from .graphs.loading import load_model
+from .graphs.nodes import rewrite_linear_nodes
+from .graphs.outputs import select_outputs
+from .graphs.shapes import inferred_shapes
+from .graphs.weights import check_weight_names, set_initializers
 from .learning_rates import BaseLearningRate
 from .losses import AbsoluteLearningLoss, BaseLearningLoss, ElasticLearningLoss
 from .penalties import BaseLearningPenalty

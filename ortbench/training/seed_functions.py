@@ -18,8 +18,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .errors import OrtBenchError
-from .graph_builder import GraphBuilder
-from .graph_tools import select_outputs
+from .graphs.builder import GraphBuilder
+from .graphs.outputs import select_outputs
 
 _FUNCTIONS: dict[str, Callable[..., onnx.ModelProto]] = {}
 

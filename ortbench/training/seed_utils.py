@@ -1,7 +1,7 @@
 """The seed's helpers its users call: a batch iterator, type and device look-ups.
 
 onnxcustom exposed these next to its two classes; :mod:`.seed` re-exports them. The
-trainers do not use them: their own loader (:mod:`.data`) stages batches once.
+trainers do not use them: their own loader (:mod:`.steps.batches`) stages batches once.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import onnx
 from onnx import TensorProto, numpy_helper
 from sklearn.utils import check_random_state
 
-from . import capi
 from .errors import OrtBenchError
-from .graph_tools import trainable_initializers
-from .runtime import ort_device, providers
+from .graphs.weights import trainable_initializers
+from .runtime import capi
+from .runtime.devices import ort_device, providers
 
 _PROTO_TYPES = {
     TensorProto.FLOAT: np.float32,

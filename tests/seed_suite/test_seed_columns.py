@@ -13,7 +13,8 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import SGDClassifier
 
 from ortbench.training import OrtBenchError
-from ortbench.training.graph_tools import select_outputs, trainable_initializers
+from ortbench.training.graphs.outputs import select_outputs
+from ortbench.training.graphs.weights import trainable_initializers
 from ortbench.training.seed import (
     NegLogLearningLoss,
     OrtGradientForwardBackwardOptimizer,

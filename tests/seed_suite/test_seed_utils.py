@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from ortbench.training import OrtBenchError, capi
+from ortbench.training import OrtBenchError
+from ortbench.training.runtime import capi
 from ortbench.training.seed import (
     OrtDataLoader,
     device_to_providers,

@@ -16,10 +16,12 @@ from ...training import (
     LearningRateSGDNesterov,
     OrtBenchError,
 )
-from ...training.base import BaseTrainer
-from ...training.graph_tools import rewrite_linear_nodes, select_outputs, training_output
+from ...training.estimators.base import BaseTrainer
+from ...training.graphs.nodes import rewrite_linear_nodes
+from ...training.graphs.outputs import select_outputs, training_output
 from ...training.losses import loss_from_name
-from ...training.runtime import TRAINING_VERSION, check_device, runtime_problem
+from ...training.runtime.build import TRAINING_VERSION, runtime_problem
+from ...training.runtime.devices import check_device
 from ..counters import RuntimeCounts, count_runtime
 from ..problems import Problem
 from .base import Contender, as_prediction

@@ -17,12 +17,9 @@ import numpy as np
 import onnx
 
 from ...training import OrtBenchError
-from ...training.graph_tools import (
-    check_weight_names,
-    classifier_output,
-    rewrite_linear_nodes,
-    training_output,
-)
+from ...training.graphs.nodes import rewrite_linear_nodes
+from ...training.graphs.outputs import classifier_output, training_output
+from ...training.graphs.weights import check_weight_names
 from ...training.losses import NegLogLearningLoss, loss_from_name
 from ..problems import Problem
 from .base import Contender, as_prediction

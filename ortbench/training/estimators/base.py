@@ -1,0 +1,40 @@
+"""The estimator both trainers share: :class:`BaseTrainer`, its parts put together.
+
+A trainer subclass prepares its model and chooses its step object
+(:meth:`BaseTrainer._build`, see :mod:`ortbench.training.steps`), which builds the graphs,
+binds them over the staged batches and runs the epochs. Everything else is one part each:
+
+- :mod:`.params`: hyper-parameters, trained weights and pickling;
+- :mod:`.fit_loop`: the epochs, the learning-rate schedule, divergence, warm starts;
+- :mod:`.preparation`: the model and the data made ready for a fit;
+- :mod:`.prediction`: predict, score, losses and export.
+"""
+
+from __future__ import annotations
+
+from ..losses import BaseLearningLoss
+from ..steps.protocol import Steps
+from .fit_loop import FitLoop
+from .params import TrainerParams
+from .prediction import PredictionExport
+from .preparation import ModelPreparation
+
+
+class BaseTrainer(FitLoop, ModelPreparation, PredictionExport, TrainerParams):
+    """Shared estimator API: fit, predict, score, state and export."""
+
+    #: The step object of the last build (see :mod:`ortbench.training.steps.protocol`).
+    _steps: Steps
+
+    def _learning_loss(self) -> BaseLearningLoss | None:
+        """The loss the user chose (checked), or None for the default: the log loss for a
+        classifier graph, the squared error otherwise."""
+        raise NotImplementedError
+
+    def _steps_class(self) -> type[Steps]:
+        """The class of the step object this trainer runs on its backend."""
+        raise NotImplementedError
+
+    def _build(self) -> None:
+        """Build the graphs and the step object ``self._steps`` from ``self.model_``."""
+        raise NotImplementedError

@@ -1,0 +1,74 @@
+"""numpydoc entries both trainers share, put into their docstrings where
+``{model_parameters}``, ``{fit_parameters}`` and ``{attributes}`` stand."""
+
+from __future__ import annotations
+
+import textwrap
+
+#: numpydoc entries both trainers share, put into their docstrings by
+#: :func:`shared_docstring` where ``{model_parameters}``, ``{fit_parameters}`` and
+#: ``{attributes}`` stand.
+SHARED_DOC = {
+    "model_parameters": """\
+model_onnx : onnx.ModelProto, bytes or path
+    The model to train: one data input, float outputs (a classifier's probabilities
+    may sit behind a ZipMap). Linear scikit-learn nodes are rewritten into trainable
+    MatMul/Add first.
+weights_to_train : list of str, optional
+    The initializers to train; by default every float initializer that is a parameter
+    (see :func:`~ortbench.training.trainable_initializers`).""",
+    "fit_parameters": """\
+batch_size : int, default=10
+    Rows per step; the last batch of an epoch is padded with rows of weight 0.
+max_iter : int, default=100
+    Epochs per call to :meth:`fit`.
+device : str, default='cpu'
+    ``'cpu'``, ``'cuda'`` or ``'cuda:N'``.
+shuffle : bool, default=True
+    Shuffle the rows before every epoch.
+random_state : int, RandomState or None, default=None
+    Seeds the shuffling.
+warm_start : bool, default=False
+    A new :meth:`fit` continues from the current weights, optimizer state and schedule.
+verbose : int, default=0
+    Print the loss of every epoch on stderr.
+validation_every : int, default=1
+    Epochs between two scores of the validation data given to :meth:`fit`.
+intra_op_threads : 'auto', int or None, default='auto'
+    Intra-op threads of the sessions that run the model: ``'auto'`` runs small steps
+    (batch size times trained values below ``ONE_THREAD_WORK``, or
+    ``TWO_POOLS_ONE_THREAD_WORK`` for the portable forward/backward steps) on one
+    thread and larger ones on onnxruntime's default pool, None that pool at any size.
+    Pool threads spin between kernels, but in the portable forward/backward steps; the
+    small loss and update sessions always run on one thread.""",
+    "attributes": """\
+model_ : onnx.ModelProto
+    The model as trained (linear nodes rewritten).
+weights_ : list of str
+    The trained weights.
+output_name_ : str
+    The output the loss reads.
+is_classifier_ : bool
+    Whether the loss is a log loss (labels are one-hot encoded).
+classes_ : numpy.ndarray
+    The class labels (classifiers only).
+learning_rate_ : BaseLearningRate
+    The fitted schedule (a clone of ``learning_rate``).
+t_ : int
+    Samples seen so far.
+train_losses_ : list of float
+    The training loss of every epoch (mean over samples, penalty included).
+validation_losses_ : list of float
+    The validation loss, every ``validation_every`` epochs.
+n_iter_ : int
+    Epochs run.""",
+}
+
+
+def shared_docstring(cls: type) -> type:
+    """Put the :data:`SHARED_DOC` entries into the docstring of the trainer ``cls``."""
+    doc = cls.__doc__
+    for name, text in SHARED_DOC.items():
+        doc = doc.replace("{" + name + "}", textwrap.indent(text, "    ").lstrip())
+    cls.__doc__ = doc
+    return cls

@@ -1,0 +1,232 @@
+"""The fit loop: epochs over the staged batches, the learning-rate schedule, divergence,
+validation, progress, and warm starts that keep or rebuild the graphs.
+
+The per-batch work is the step object's (:mod:`ortbench.training.steps`): an epoch here is
+one call to its ``run_epoch``."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+from sklearn.base import clone
+
+from ...progress import Progress
+from ..errors import ConvergenceError
+from ..learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
+from ..runtime.build import quiet_logs
+from ..runtime.sessions import SessionMaker
+from ..steps.batches import BatchLoader
+
+
+class FitLoop:
+    """The epochs of :meth:`fit`, over the step object the trainer builds."""
+
+    def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
+        """Train on (X, y) for ``max_iter`` epochs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets, or class labels for a classifier.
+        sample_weight : array-like of shape (n_samples,), optional
+            Non-negative weights of the rows.
+        X_val, y_val, sample_weight_val : array-like, optional
+            Validation data, scored every ``validation_every`` epochs into
+            ``validation_losses_``.
+
+        Returns
+        -------
+        self
+            The fitted trainer.
+
+        Raises
+        ------
+        OrtBenchError
+            For bad parameters or data, or a diverging loss or weights (``get_state()``
+            then holds the weights from before the epoch that diverged).
+
+        Notes
+        -----
+        With ``warm_start=True`` a fitted trainer continues from its weights and
+        optimizer state. Hyper-parameters changed since (``set_params``) are honoured:
+        the graphs are rebuilt around the weights, and a new learning rate starts its
+        schedule where the previous one was; an optimizer state (momentum) restarts from
+        zero then, with a warning.
+        """
+        self._check_params()
+        warm = self.warm_start and self._has_trained_state()
+        if warm and not _same_model(self.model_onnx, getattr(self, "_fitted_model", None)):
+            warnings.warn(
+                f"{type(self).__name__}: warm start does not apply, model_onnx changed since "
+                f"the last fit: training starts from the new model's weights",
+                UserWarning,
+                stacklevel=2,
+            )
+            self.__dict__.pop("_pickled_state", None)
+            warm = False
+        if warm:
+            self._restore_pickled()
+        rebuild = not warm or self._build_key() != self._built_key
+        if rebuild:
+            state = self.get_state() if warm else None
+            optimizer_state = self._kept_optimizer_state() if warm else None
+            self._prepare_model()
+            self._fitted_model = self.model_onnx
+        X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=warm)
+        val = None
+        if X_val is not None:
+            val = self._check_data(X_val, y_val, sample_weight_val, fitted_classes=True)
+        if not warm:
+            self.learning_rate_ = self._new_learning_rate()
+            self.t_ = 0
+            self.train_losses_ = []
+            self.validation_losses_ = []
+        elif repr(self.learning_rate_) != repr(self._new_learning_rate()):
+            # the schedule goes on from the samples seen, at the new hyper-parameters
+            self.learning_rate_ = self._new_learning_rate()
+            if self.t_:
+                self.learning_rate_.update_learning_rate(self.t_)
+        if rebuild:
+            self._build_around(state, optimizer_state)
+        self._steps.set_learning_rate(self._step_rate(0))
+        if w is None:
+            w = np.ones(len(X), dtype=np.float32)
+        loader = self._loader_for([X, Y, w], reuse=warm and not rebuild)
+        self._predictor = None
+        start = time.perf_counter()
+        snapshot = self.get_state()
+        for epoch in range(1, self.max_iter + 1):
+            loss = float(self._run_epoch(loader))
+            state = self.get_state()
+            if not np.isfinite(loss) or not all(map(_moderate, state.values())):
+                self._diverged(epoch, loss, snapshot)
+            snapshot = state
+            self.train_losses_.append(loss)
+            self.t_ += loader.n_samples
+            self._steps.set_learning_rate(self._step_rate(epoch))
+            if val is not None and (epoch % self.validation_every == 0 or epoch == self.max_iter):
+                self.validation_losses_.append(self._validation_loss(*val))
+            if self.verbose:
+                self._report(epoch, loss, time.perf_counter() - start)
+        self.n_iter_ = len(self.train_losses_)
+        return self
+
+    def _run_epoch(self, loader: BatchLoader) -> float:
+        """Train on every batch of the loader's next epoch; return the epoch loss."""
+        loader.epoch()
+        return self._steps.run_epoch()
+
+    def _step_rate(self, epoch: int) -> float:
+        """The rate the steps use after ``epoch`` epochs of this fit (0: its first epoch's);
+        the schedule's ``t`` is ``self.t_``, the samples seen."""
+        if epoch:
+            self.learning_rate_.update_learning_rate(self.t_)
+        return self.learning_rate_.value
+
+    def _diverged(self, epoch: int, loss: float, snapshot: dict[str, np.ndarray]) -> None:
+        """Restore the weights from before ``epoch`` and raise the divergence error; the
+        optimizer state, no longer finite either, restarts at the next warm start."""
+        self.set_state(snapshot)
+        self._built_key = None
+        what = f"the loss is {loss}"
+        if np.isfinite(loss):
+            what = "its last update left weights whose squares overflow float32"
+        raise ConvergenceError(
+            f"training diverged at epoch {epoch}: {what}; get_state() holds the weights "
+            f"from before that epoch (lower the learning rate)"
+        )
+
+    def _new_learning_rate(self) -> BaseLearningRate:
+        rate = clone(self.learning_rate or LearningRateSGD())
+        return rate.init_learning_rate()
+
+    def _has_trained_state(self) -> bool:
+        """Whether a previous fit left weights to continue from (fitted or unpickled)."""
+        return hasattr(self, "train_losses_") and (
+            hasattr(self, "_built_key") or hasattr(self, "_pickled_state")
+        )
+
+    def _kept_optimizer_state(self):
+        """The optimizer state a rebuild carries over: None (restart at zero) when the
+        learning rate changed or training diverged."""
+        if self._built_key is None or repr(self.learning_rate_) != repr(self._new_learning_rate()):
+            if self.learning_rate_.n_states:
+                warnings.warn(
+                    f"{type(self).__name__}: the optimizer state (momentum) restarts from "
+                    f"zero with the new hyper-parameters",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            return None
+        return self._steps.get_optimizer_state()
+
+    def _build_around(self, state, optimizer_state) -> None:
+        """Build the graphs and sessions, then load weights and optimizer state into them."""
+        spinning = self._steps_class().large_sessions == 1
+        self._sessions = SessionMaker(
+            self.device, self._choose_threads(), type(self).__name__, spinning
+        )
+        quiet_logs()
+        self._build()
+        self._built_key = self._build_key()
+        self._loader = None
+        if state is not None:
+            if isinstance(self.learning_rate_, LearningRateAdamW):
+                warnings.warn(
+                    f"{type(self).__name__}: AdamW's moments stay inside onnxruntime and "
+                    f"restart from zero when the graphs are rebuilt (warm start with new "
+                    f"hyper-parameters, or an unpickled trainer)",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            self.set_state(state)
+        if optimizer_state is not None:
+            self._steps.set_optimizer_state(optimizer_state)
+        self._predictor = None
+
+    def _loader_for(self, arrays: list[np.ndarray], reuse: bool) -> BatchLoader:
+        """The staged batches: the previous fit's, refilled, when a warm start allows it.
+
+        Keeping the loader keeps every binding made over its buffers, which makes a
+        warm-started fit start as fast as the next epoch of the previous one.
+        """
+        loader = getattr(self, "_loader", None)
+        same = (
+            reuse
+            and loader is not None
+            and self._loader_batch_size == self.batch_size
+            and loader.shuffle == self.shuffle
+            and loader.refill(arrays)
+        )
+        if not same:
+            loader = BatchLoader(
+                arrays, self.batch_size, self.device, self.shuffle, self.random_state
+            )
+            self._loader, self._loader_batch_size = loader, self.batch_size
+            self._steps.start_fit(loader)
+        return loader
+
+    def _report(self, epoch: int, loss: float, elapsed: float) -> None:
+        """Show an epoch: a bar on a terminal, one line per epoch otherwise."""
+        if epoch == 1:
+            self._progress = Progress(self.max_iter, type(self).__name__, "epoch")
+        extra = f" val={self.validation_losses_[-1]:.6g}" if self.validation_losses_ else ""
+        self._progress.step(f"loss={loss:.6g}{extra} lr={self.learning_rate_.value:.3g}", elapsed)
+
+
+def _same_model(model, fitted) -> bool:
+    """Whether ``model_onnx`` is still the model of the last fit: the same object, or an
+    equal one (protobuf messages compare by content, paths and bytes by value)."""
+    return model is fitted or (type(model) is type(fitted) and model == fitted)
+
+
+def _moderate(weight: np.ndarray) -> bool:
+    """Whether the squared norm of a weight is finite in float32: no NaN, no infinity, and
+    no value so large (beyond about 1e19) that the next forward pass would overflow."""
+    flat = weight.ravel()
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.dot(flat, flat)))

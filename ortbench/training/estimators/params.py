@@ -1,0 +1,188 @@
+"""A trainer's hyper-parameters, trained weights and pickles.
+
+The hyper-parameters are checked and turned into what the builds need (backend, threads,
+the key of a build); the trained weights are read and written by name; a pickle keeps the
+hyper-parameters, the fitted attributes and a snapshot of the weights and optimizer state,
+and the sessions are rebuilt around it on first use."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from sklearn.base import BaseEstimator
+
+from ..errors import NotFittedTrainerError, OrtBenchError
+from ..gradients.derivative import choose_backend
+from ..learning_rates import BaseLearningRate, LearningRateSGD
+from ..runtime.devices import check_device
+
+#: Steps below this much work (batch size x trained values, about the multiply-adds of a
+#: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``, above it on
+#: onnxruntime's pool, whose threads spin between kernels: below it handing kernels to
+#: the pool costs more than it saves (measured on 2 cores, ``benchmarks/README.md``).
+ONE_THREAD_WORK = 2**19
+
+
+#: The same limit for step objects that run two large sessions in turn (the portable
+#: forward and gradient sessions): their pools do not spin, since each pool's spinning
+#: threads would hold the cores the other pool's kernels need, and a pool that does not
+#: spin wins only from larger steps.
+TWO_POOLS_ONE_THREAD_WORK = 2**23
+
+
+class TrainerParams(BaseEstimator):
+    """Hyper-parameters, trained weights and pickling of a trainer."""
+
+    def _keep_params(self, params: dict) -> None:
+        """Store the constructor's arguments (its ``locals()``) unchanged, one attribute
+        each, as scikit-learn expects of an estimator's ``__init__``."""
+        for name in self._get_param_names():
+            setattr(self, name, params[name])
+
+    def _check_params(self) -> None:
+        self._backend = choose_backend(self.backend)
+        check_device(self.device, self._backend)
+        for name in ("batch_size", "max_iter", "validation_every"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise OrtBenchError(f"{name} must be an integer >= 1, got {value!r}")
+        rate = self.learning_rate
+        if rate is not None and not isinstance(rate, BaseLearningRate):
+            raise OrtBenchError(
+                f"learning_rate must be a LearningRateSGD-like object, got {type(rate).__name__}"
+            )
+        (rate or LearningRateSGD()).check()
+
+    def _choose_threads(self) -> int | None:
+        threads = self.intra_op_threads
+        if threads == "auto":
+            inits = self.model_.graph.initializer
+            values = sum(int(np.prod(i.dims)) for i in inits if i.name in self.weights_)
+            pools = self._steps_class().large_sessions
+            limit = ONE_THREAD_WORK if pools == 1 else TWO_POOLS_ONE_THREAD_WORK
+            return 1 if self.batch_size * values < limit else None
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
+        return threads
+
+    #: Hyper-parameters that do not change the graphs: a warm start keeps them built.
+    _RUN_PARAMS = frozenset(
+        (
+            "model_onnx",
+            "max_iter",
+            "verbose",
+            "warm_start",
+            "validation_every",
+            "random_state",
+            "shuffle",
+        )
+    )
+
+    def _build_key(self) -> str:
+        """What the graphs were built for: every other hyper-parameter, as text."""
+        params = self.get_params(deep=True)
+        return repr(sorted((k, repr(v)) for k, v in params.items() if k not in self._RUN_PARAMS))
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        """The trained weights.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            Copies of the current weights, by name.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit.
+        """
+        self._check_fitted()
+        return self._steps.get_state()
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Overwrite trained weights by name.
+
+        Parameters
+        ----------
+        state : dict of str to array-like
+            New values of some or all of the trained weights, with their shapes.
+
+        Raises
+        ------
+        OrtBenchError
+            Before the first fit, for an unknown weight or a wrong shape.
+        """
+        self._check_fitted()
+        for name, array in state.items():
+            if name not in self.weights_:
+                raise OrtBenchError(f"unknown weight {name!r}: trained weights are {self.weights_}")
+            if not np.isfinite(array).all():
+                raise OrtBenchError(f"weight {name!r} contains NaN or infinity")
+            expected = self._steps.shape(name)
+            array = np.ascontiguousarray(array, dtype=np.float32)
+            if array.shape != expected:
+                raise OrtBenchError(f"weight {name!r} has shape {expected}, got {array.shape}")
+            self._steps.set(name, array)
+        self._predictor = None
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """True once a fit has built the trainer's steps, or for an unpickled fitted
+        trainer (scikit-learn's fitted check)."""
+        return hasattr(self, "_steps") or hasattr(self, "_pickled_state")
+
+    def _check_fitted(self) -> None:
+        self._restore_pickled()
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedTrainerError(
+                f"this {type(self).__name__} is not fitted yet: call fit first"
+            )
+
+    #: Private attributes a pickle keeps: every other one (sessions, bindings, buffers)
+    #: is rebuilt on first use from the hyper-parameters and the fitted attributes.
+    _PICKLED_PRIVATE = frozenset(("_sklearn_version", "_y_1d", "_pickled_state", "_fitted_model"))
+
+    def __getstate__(self) -> dict:
+        """The hyper-parameters, the fitted attributes, and a snapshot of the weights and
+        optimizer state; no onnxruntime object."""
+        state = {
+            k: v
+            for k, v in super().__getstate__().items()
+            if not k.startswith("_") or k in self._PICKLED_PRIVATE
+        }
+        if "_pickled_state" not in state and self._has_trained_state():
+            optimizer_state = self._steps.get_optimizer_state()
+            state["_pickled_state"] = (self.get_state(), optimizer_state, self._built_key)
+        return state
+
+    def _restore_pickled(self) -> None:
+        """Rebuild sessions and buffers of an unpickled trainer around its snapshot."""
+        pickled = self.__dict__.pop("_pickled_state", None)
+        if pickled is None:
+            return
+        weights, optimizer_state, built_key = pickled
+        fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and k[0] != "_"}
+        self._check_params()
+        self._prepare_model()
+        vars(self).update(fitted)
+        self._build_around(weights, optimizer_state)
+        self._built_key = built_key
+
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+        """scikit-learn's repr, with the model summarised instead of printed as protobuf text."""
+        model = self.model_onnx
+        if isinstance(model, onnx.ModelProto):
+            summary = _ModelSummary(model)
+            try:
+                self.model_onnx = summary
+                return super().__repr__(N_CHAR_MAX)
+            finally:
+                self.model_onnx = model
+        return super().__repr__(N_CHAR_MAX)
+
+
+class _ModelSummary:
+    def __init__(self, model: onnx.ModelProto):
+        self.text = f"<ModelProto {model.graph.name!r}: {len(model.graph.node)} nodes>"
+
+    def __repr__(self) -> str:
+        return self.text

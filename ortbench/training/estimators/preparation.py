@@ -1,0 +1,177 @@
+"""The model and the data made ready for training: the model loaded, its data input,
+trained output and loss chosen (a classifier's log loss on its raw scores), and the
+data checked and converted (labels one-hot encoded)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from sklearn.base import clone
+
+from ..errors import OrtBenchError
+from ..graphs.batch_axis import free_batch_axis
+from ..graphs.nodes import rewrite_linear_nodes
+from ..graphs.outputs import classifier_output, select_outputs, training_output
+from ..graphs.shapes import check_shapes, data_input, drop_noop_reshapes
+from ..graphs.weights import (
+    check_weight_names,
+    check_weights_reach,
+    get_initializers,
+    set_initializers,
+)
+from ..losses import BaseLearningLoss, NegLogLearningLoss, SquareLearningLoss
+from ..steps.batches import as_float_matrix, check_sample_weight
+
+
+class ModelPreparation:
+    """The model and data checks and conversions before a fit."""
+
+    def _prepare_model(self) -> None:
+        """Load the model and decide what to train through, with which loss."""
+        model = rewrite_linear_nodes(self.model_onnx)
+        self.weights_ = check_weight_names(model, self.weights_to_train)
+        losses = self._loss_outputs(model)
+        model, self._input = data_input(model, self.weights_, losses)
+        model = free_batch_axis(model, self._input.name)
+        self._input = next(i for i in model.graph.input if i.name == self._input.name)
+        self.model_ = model
+        self.output_name_ = training_output(model, losses)
+        self._proba_name = None
+        self._label_columns = None
+        loss = self._learning_loss()
+        predictions = [o.name for o in model.graph.output if o.name not in losses]
+        classifier = classifier_output(select_outputs(model, predictions) if losses else model)
+        if loss is None:
+            loss = NegLogLearningLoss() if classifier else SquareLearningLoss()
+        if loss.is_classification and classifier is not None:
+            loss = self._classifier_loss(loss, classifier)
+        self.learning_loss_ = loss
+        check_shapes(model, self._input, self.output_name_)
+        check_weights_reach(model, self.weights_, [self.output_name_, *losses])
+        self._train_model = select_outputs(model, [self.output_name_])
+        self.is_classifier_ = loss.is_classification
+
+    def _loss_outputs(self, model: onnx.ModelProto) -> tuple[str, ...]:
+        """Outputs of the model that are a loss, not a prediction (none here)."""
+        return ()
+
+    def _classifier_loss(self, loss: BaseLearningLoss, classifier) -> BaseLearningLoss:
+        """The log loss on the raw scores behind a classifier's probabilities."""
+        name = classifier.probabilities
+        if classifier.function is None:
+            raise OrtBenchError(
+                f"the classifier's output {name!r} holds decision scores, not probabilities "
+                f"(no Sigmoid or Softmax makes it, as for SGDClassifier(loss='hinge')): the "
+                f"log loss cannot train it; convert a classifier that has predict_proba"
+            )
+        wanted = getattr(loss, "probability_function", None)
+        if wanted is None and isinstance(loss, NegLogLearningLoss):
+            loss = clone(loss).set_params(probability_function=classifier.function)
+        elif wanted != classifier.function:
+            raise OrtBenchError(
+                f"the model turns scores into probabilities with a {classifier.function}, "
+                f"not probability_function={wanted!r}: leave it None or set "
+                f"{classifier.function!r}"
+            )
+        self.output_name_ = classifier.scores
+        self._proba_name = name
+        self._label_columns = classifier.columns
+        return loss
+
+    def _static_batch(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """A copy whose inputs and outputs have ``batch_size`` rows (see data.BatchLoader),
+        without the Reshape nodes that static shapes make no-ops."""
+        model = set_initializers(model, {})
+        for value in [*model.graph.input, *model.graph.output]:
+            dims = value.type.tensor_type.shape.dim
+            if value.name not in self.weights_ and len(dims) >= 1 and not dims[0].dim_value:
+                dims[0].dim_value = self.batch_size
+        return drop_noop_reshapes(model)
+
+    def _n_columns(self) -> int | None:
+        for value in list(self._train_model.graph.output):
+            dims = value.type.tensor_type.shape.dim
+            if len(dims) == 2 and dims[1].dim_value > 0:
+                return dims[1].dim_value
+        return None
+
+    def _check_data(self, X, y, sample_weight, fitted_classes: bool):
+        """Validate and convert X, y and weights; one-hot encode labels for classifiers."""
+        X = as_float_matrix(X, "X")
+        n_features = declared_features(self._input)
+        if n_features is not None and X.shape[1] != n_features:
+            raise OrtBenchError(f"X has {X.shape[1]} features, the model expects {n_features}")
+        if y is None:
+            raise OrtBenchError("y is required")
+        y = np.asarray(y)
+        if len(y) != len(X):
+            raise OrtBenchError(f"X has {len(X)} rows but y has {len(y)}")
+        columns = self._n_columns()
+        if self.is_classifier_:
+            if y.ndim != 1:
+                raise OrtBenchError(
+                    f"y must be 1-D class labels for a classifier, got shape {y.shape}"
+                )
+            if not fitted_classes:
+                self.classes_ = np.unique(y)
+            unknown = np.setdiff1d(y, self.classes_)
+            if unknown.size:
+                raise OrtBenchError(f"y has labels {unknown[:5].tolist()} not seen when fitting")
+            Y = self._one_hot(y, self._label_columns or columns or len(self.classes_))
+        else:
+            if not np.issubdtype(y.dtype, np.number):
+                raise OrtBenchError(f"y must be numeric, got dtype {y.dtype}")
+            if y.ndim not in (1, 2):
+                raise OrtBenchError(f"y must be 1-D or 2-D, got shape {y.shape}")
+            if not fitted_classes:
+                self._y_1d = y.ndim == 1
+            Y = np.ascontiguousarray(y.reshape(len(y), -1), dtype=np.float32)
+            if not np.isfinite(Y).all():
+                raise OrtBenchError("y contains NaN or infinity")
+            if columns is not None and Y.shape[1] != columns:
+                raise OrtBenchError(
+                    f"y has {Y.shape[1]} columns, the model outputs {columns}"
+                    + (
+                        ": class labels train with the log loss (NegLogLearningLoss)"
+                        if columns > 1 and np.issubdtype(y.dtype, np.integer)
+                        else ""
+                    )
+                )
+        w = None if sample_weight is None else check_sample_weight(sample_weight, len(X))
+        return X, Y, w
+
+    def _one_hot(self, y: np.ndarray, width: int) -> np.ndarray:
+        """Float labels of the trained output's width: one column per class, or the
+        positive class alone when the model scores a binary problem with one column."""
+        n_classes = len(self.classes_)
+        if n_classes < 2:
+            raise OrtBenchError(f"y has one class ({self.classes_[0]!r}): a classifier needs two")
+        index = np.searchsorted(self.classes_, y)
+        if width == 1 and n_classes == 2:
+            return np.ascontiguousarray(index.reshape(-1, 1), dtype=np.float32)
+        if n_classes != width:
+            raise OrtBenchError(
+                f"y has {n_classes} classes, the model outputs {width} columns (one per "
+                f"class): convert a classifier fitted on {n_classes} classes"
+            )
+        Y = np.zeros((len(y), width), dtype=np.float32)
+        Y[np.arange(len(y)), index] = 1
+        return Y
+
+    def initial_state(self) -> dict[str, np.ndarray]:
+        """The weights the model came with (what a fit starts from).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            The initial value of each weight to train, by name.
+        """
+        model = rewrite_linear_nodes(self.model_onnx)
+        return get_initializers(model, check_weight_names(model, self.weights_to_train))
+
+
+def declared_features(value) -> int | None:
+    dims = value.type.tensor_type.shape.dim
+    if len(dims) == 2 and dims[1].dim_value > 0:
+        return dims[1].dim_value
+    return None

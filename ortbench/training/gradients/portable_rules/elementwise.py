@@ -1,0 +1,167 @@
+"""Rules of the elementwise operators: arithmetic, activations, selections."""
+
+from __future__ import annotations
+
+import math
+
+from ...errors import OrtBenchError
+from ...graphs.nodes import node_attributes
+from ..relu_gradient import is_large, masked_gradient
+from .registry import rule
+
+
+@rule("Identity")
+def _identity(ctx, node, g):
+    return [g[0]]
+
+
+@rule("Cast")
+def _cast(ctx, node, g):
+    return [g[0]]  # float to float only: non-float inputs get no gradient anyway
+
+
+@rule("Dropout")
+def _dropout(ctx, node, g):
+    if len(node.input) > 2 and node.input[2]:
+        raise OrtBenchError(
+            f"portable gradient of Dropout (node {node.name!r}): only the inference form "
+            f"(no training_mode input) is differentiated; export the model in eval mode"
+        )
+    return [g[0], None]
+
+
+@rule("Add")
+def _add(ctx, node, g):
+    y = node.output[0]
+    return [ctx.unbroadcast(g[0], x, y) if ctx.needs(x) else None for x in node.input]
+
+
+@rule("Sub")
+def _sub(ctx, node, g):
+    a, b = node.input
+    negated = ctx.b.op("Neg", g[0]) if ctx.needs(b) else None
+    return [
+        ctx.unbroadcast(g[0], a, node.output[0]),
+        negated and ctx.unbroadcast(negated, b, node.output[0]),
+    ]
+
+
+@rule("Mul")
+def _mul(ctx, node, g):
+    a, b = node.input
+    y = node.output[0]
+    return [
+        ctx.unbroadcast(ctx.b.op("Mul", g[0], b), a, y) if ctx.needs(a) else None,
+        ctx.unbroadcast(ctx.b.op("Mul", g[0], a), b, y) if ctx.needs(b) else None,
+    ]
+
+
+@rule("Div")
+def _div(ctx, node, g):
+    a, b = node.input
+    y = node.output[0]
+    ga = ctx.b.op("Div", g[0], b)
+    if not ctx.needs(b):
+        return [ctx.unbroadcast(ga, a, y), None]
+    gb = ctx.b.op("Neg", ctx.b.op("Mul", ga, y))  # -g * a / b^2 = -(g / b) * y
+    return [ctx.unbroadcast(ga, a, y), ctx.unbroadcast(gb, b, y)]
+
+
+@rule("Neg")
+def _neg(ctx, node, g):
+    return [ctx.b.op("Neg", g[0])]
+
+
+@rule("Relu")
+def _relu(ctx, node, g):
+    if is_large(ctx.shapes.get(node.output[0])):
+        return [masked_gradient(ctx.b, node.input[0], g[0])]
+    positive = ctx.b.op("Greater", node.input[0], ctx.b.const(0.0))
+    return [ctx.where_else_zero(positive, g[0])]
+
+
+@rule("LeakyRelu")
+def _leaky_relu(ctx, node, g):
+    alpha = node_attributes(node).get("alpha", 0.01)
+    positive = ctx.b.op("Greater", node.input[0], ctx.b.const(0.0))
+    return [ctx.b.op("Where", positive, g[0], ctx.b.op("Mul", g[0], ctx.b.const(alpha)))]
+
+
+@rule("Sigmoid")
+def _sigmoid(ctx, node, g):
+    y = node.output[0]
+    slope = ctx.b.op("Mul", y, ctx.b.op("Sub", ctx.b.const(1.0), y))
+    return [ctx.b.op("Mul", g[0], slope)]
+
+
+@rule("Tanh")
+def _tanh(ctx, node, g):
+    y = node.output[0]
+    slope = ctx.b.op("Sub", ctx.b.const(1.0), ctx.b.op("Mul", y, y))
+    return [ctx.b.op("Mul", g[0], slope)]
+
+
+@rule("Erf")
+def _erf(ctx, node, g):
+    # d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)
+    x = node.input[0]
+    bump = ctx.b.op("Exp", ctx.b.op("Neg", ctx.b.op("Mul", x, x)))
+    return [ctx.b.op("Mul", g[0], ctx.b.op("Mul", bump, ctx.b.const(2.0 / math.sqrt(math.pi))))]
+
+
+@rule("Exp")
+def _exp(ctx, node, g):
+    return [ctx.b.op("Mul", g[0], node.output[0])]
+
+
+@rule("Log")
+def _log(ctx, node, g):
+    return [ctx.b.op("Div", g[0], node.input[0])]
+
+
+@rule("Abs")
+def _abs(ctx, node, g):
+    return [ctx.b.op("Mul", g[0], ctx.b.op("Sign", node.input[0]))]
+
+
+@rule("Sqrt")
+def _sqrt(ctx, node, g):
+    return [ctx.b.op("Div", g[0], ctx.b.op("Mul", node.output[0], ctx.b.const(2.0)))]
+
+
+@rule("Pow")
+def _pow(ctx, node, g):
+    x, p = node.input
+    y = node.output[0]
+    gx = gp = None
+    if ctx.needs(x):  # d/dx x^p = p * x^(p-1)
+        lowered = ctx.b.op("Pow", x, ctx.b.op("Sub", p, ctx.b.const(1.0)))
+        gx = ctx.unbroadcast(ctx.b.op("Mul", g[0], ctx.b.op("Mul", p, lowered)), x, y)
+    if ctx.needs(p):  # d/dp x^p = y * log(x)
+        gp = ctx.b.op("Mul", g[0], ctx.b.op("Mul", y, ctx.b.op("Log", x)))
+        gp = ctx.unbroadcast(gp, p, y)
+    return [gx, gp]
+
+
+@rule("Clip")
+def _clip(ctx, node, g):
+    x = node.input[0]
+    keep = None
+    for position, op in ((1, "GreaterOrEqual"), (2, "LessOrEqual")):
+        if len(node.input) > position and node.input[position]:
+            inside = ctx.b.op(op, x, node.input[position])
+            keep = inside if keep is None else ctx.b.op("And", keep, inside)
+    return [g[0] if keep is None else ctx.where_else_zero(keep, g[0])]
+
+
+@rule("Where")
+def _where(ctx, node, g):
+    condition, a, b = node.input
+    y = node.output[0]
+    return [
+        None,
+        ctx.unbroadcast(ctx.where_else_zero(condition, g[0]), a, y) if ctx.needs(a) else None,
+        ctx.unbroadcast(ctx.where_else_zero(condition, g[0], False), b, y)
+        if ctx.needs(b)
+        else None,
+    ]

@@ -1,0 +1,179 @@
+"""Reading and rewriting nodes: attributes, the tensors a node (and its subgraphs)
+reads, a tensor's ancestors, fresh names, and scikit-learn's linear nodes rewritten into
+trainable MatMul and Add."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..errors import OrtBenchError
+from .loading import load_model
+
+
+def ancestors(producers: dict, names: list[str]) -> set[str]:
+    """Every tensor name the given tensors are computed from, themselves included."""
+    seen, stack = set(), list(names)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producers.get(name)
+        if node is not None:
+            stack.extend(node.input)
+            stack.extend(subgraph_reads(node))
+    return seen
+
+
+def subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Names the subgraphs of a node (If, Loop, Scan) read from the outer scope."""
+    names = set()
+    for attribute in node.attribute:
+        for sub in (
+            [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs
+        ):
+            for inner in sub.node:
+                names.update(inner.input)
+                names |= subgraph_reads(inner)
+    return names
+
+
+def rewrite_linear_nodes(onx) -> onnx.ModelProto:
+    """Load a model and rewrite its ai.onnx.ml LinearRegressor / LinearClassifier nodes.
+
+    skl2onnx stores a linear model's weights as node attributes, which leaves nothing to
+    train; the rewritten graph has the same outputs from MatMul + Add over initializers
+    ``<node>_coef`` and ``<node>_intercept``. Accepts what :func:`load_model` accepts.
+    """
+    model = load_model(onx)
+    if not any(n.op_type in ("LinearRegressor", "LinearClassifier") for n in model.graph.node):
+        return model
+    graph = model.graph
+    nodes = []
+    for k, node in enumerate(graph.node):
+        if node.op_type == "LinearRegressor":
+            nodes.extend(_linear_regressor(node, k, graph))
+        elif node.op_type == "LinearClassifier":
+            nodes.extend(_linear_classifier(node, k, graph))
+        else:
+            nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    if not any(n.domain == "ai.onnx.ml" for n in graph.node):
+        kept = [o for o in model.opset_import if o.domain != "ai.onnx.ml"]
+        del model.opset_import[:]
+        model.opset_import.extend(kept)
+    return model
+
+
+def node_attributes(node: onnx.NodeProto) -> dict:
+    """A node's attributes by name, as Python values."""
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _linear_weights(node, k, graph, n_rows):
+    attrs = node_attributes(node)
+    coef = np.asarray(attrs["coefficients"], dtype=np.float32).reshape(n_rows, -1).T
+    intercept = np.asarray(attrs.get("intercepts", np.zeros(n_rows)), dtype=np.float32)
+    base = node.name or f"linear{k}"
+    names = (f"{base}_coef", f"{base}_intercept")
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.ascontiguousarray(coef), names[0]),
+            numpy_helper.from_array(intercept.reshape(n_rows), names[1]),
+        ]
+    )
+    return attrs, base, names
+
+
+def _linear_regressor(node, k, graph):
+    attrs = node_attributes(node)
+    if attrs.get("post_transform", b"NONE") not in (b"NONE", "NONE"):
+        raise OrtBenchError(f"LinearRegressor {node.name!r}: post_transform is not supported")
+    _, base, (coef, intercept) = _linear_weights(node, k, graph, int(attrs.get("targets", 1)))
+    return [
+        helper.make_node("MatMul", [node.input[0], coef], [f"{base}_matmul"]),
+        helper.make_node("Add", [f"{base}_matmul", intercept], [node.output[0]]),
+    ]
+
+
+def _linear_classifier(node, k, graph):
+    """Scores and labels as onnxruntime's LinearClassifier kernel computes them."""
+    attrs = node_attributes(node)
+    labels = attrs.get("classlabels_ints")
+    if labels is None:
+        raise OrtBenchError(
+            f"LinearClassifier {node.name!r}: only integer class labels are supported"
+        )
+    n_rows = len(attrs["coefficients"]) // _n_features(graph, node)
+    attrs, base, (coef, intercept) = _linear_weights(node, k, graph, n_rows)
+    post = attrs.get("post_transform", b"NONE")
+    post = post.decode() if isinstance(post, bytes) else post
+    if post not in ("NONE", "LOGISTIC", "SOFTMAX"):
+        raise OrtBenchError(
+            f"LinearClassifier {node.name!r}: post_transform {post} is not supported"
+        )
+    label_out, score_out = node.output[0], node.output[1]
+    raw = f"{base}_raw"
+    out = [
+        helper.make_node("MatMul", [node.input[0], coef], [f"{base}_matmul"]),
+        helper.make_node("Add", [f"{base}_matmul", intercept], [raw]),
+    ]
+    classes = numpy_helper.from_array(np.asarray(labels, dtype=np.int64), f"{base}_classes")
+    graph.initializer.append(classes)
+    if n_rows == 1 and len(labels) == 2:
+        # binary with one row of coefficients: the positive class when the raw score > 0
+        # scalars: constants, never mistaken for weights by trainable_initializers
+        one = numpy_helper.from_array(np.array(1.0, np.float32), f"{base}_one")
+        zero = numpy_helper.from_array(np.array(0.0, np.float32), f"{base}_zero")
+        graph.initializer.extend([one, zero])
+        # onnxruntime 1.19's kernel writes [1 - s, s] with s the raw score here, whatever
+        # post_transform says (checked against the kernel in the tests)
+        positive = raw
+        negative_op = helper.make_node("Sub", [one.name, positive], [f"{base}_neg"])
+        out += [
+            negative_op,
+            helper.make_node("Concat", [f"{base}_neg", positive], [score_out], axis=1),
+            helper.make_node("Greater", [raw, zero.name], [f"{base}_gt"]),
+            helper.make_node("Cast", [f"{base}_gt"], [f"{base}_index"], to=TensorProto.INT64),
+        ]
+    else:
+        if post == "LOGISTIC":
+            out.append(helper.make_node("Sigmoid", [raw], [score_out]))
+        elif post == "SOFTMAX":
+            out.append(helper.make_node("Softmax", [raw], [score_out], axis=1))
+        else:
+            out.append(helper.make_node("Identity", [raw], [score_out]))
+        out.append(helper.make_node("ArgMax", [raw], [f"{base}_index"], axis=1, keepdims=1))
+    out += [
+        helper.make_node("Gather", [classes.name, f"{base}_index"], [f"{base}_label2d"]),
+        helper.make_node("Flatten", [f"{base}_label2d"], [f"{base}_flat"], axis=0),
+        helper.make_node("Squeeze", [f"{base}_flat", _axes0(graph, base)], [label_out]),
+    ]
+    return out
+
+
+def _axes0(graph, base):
+    name = f"{base}_axes0"
+    graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), name))
+    return name
+
+
+def _n_features(graph, node) -> int:
+    """Feature count of a linear node's input, read from the graph's declared shape."""
+    value = {v.name: v for v in graph.input}.get(node.input[0])
+    dims = value.type.tensor_type.shape.dim if value is not None else []
+    if len(dims) != 2 or dims[1].dim_value <= 0:
+        raise OrtBenchError(f"{node.op_type} {node.name!r}: its input needs a known feature count")
+    return dims[1].dim_value
+
+
+def unique_name(taken: set[str], base: str) -> str:
+    """``base``, or ``base_1``, ``base_2``, ...: the first that is not ``taken``."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name

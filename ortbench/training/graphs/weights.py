@@ -1,0 +1,165 @@
+"""The model's weights as initializers: which are trainable, which are biases, their
+values read and written, and weights turned into graph inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..errors import OrtBenchError
+from .nodes import ancestors, subgraph_reads
+
+#: The element types of the tensors the engine trains and differentiates.
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+
+
+#: The inputs of a node that hold statistics, not parameters: (operator, position).
+_STATISTICS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
+
+
+def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
+    """Names of the float initializers that are parameters, in graph order.
+
+    Skips scalars, constants only ever used as the left side of a Sub, which is how
+    skl2onnx writes ``1 - p`` with its ``unity`` initializer, and the running mean and
+    variance of a BatchNormalization (frozen statistics, torch's buffers).
+    """
+    consumers: dict[str, list[tuple[str, int]]] = {}
+    for node in onx.graph.node:
+        for position, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node.op_type, position))
+    names = []
+    for init in onx.graph.initializer:
+        if init.data_type not in FLOAT_TYPES or len(init.dims) == 0:
+            continue
+        uses = consumers.get(init.name, [])
+        if uses and all(use == ("Sub", 0) for use in uses):
+            continue
+        if uses and all(use in _STATISTICS for use in uses):
+            continue
+        names.append(init.name)
+    return names
+
+
+def bias_names(onx: onnx.ModelProto, weights: list[str]) -> set[str]:
+    """The weights used only as an additive term (Add, or Gemm's C): biases, never penalised."""
+    uses: dict[str, set] = {name: set() for name in weights}
+    for node in onx.graph.node:
+        for position, name in enumerate(node.input):
+            if name in uses:
+                uses[name].add(
+                    "bias"
+                    if node.op_type == "Add" or (node.op_type == "Gemm" and position == 2)
+                    else "other"
+                )
+    return {name for name, kinds in uses.items() if kinds == {"bias"}}
+
+
+def get_initializers(onx: onnx.ModelProto, names: list[str] | None = None) -> dict:
+    """Initializer values as numpy arrays, all of them or the named ones."""
+    values = {i.name: numpy_helper.to_array(i) for i in onx.graph.initializer}
+    return values if names is None else {n: values[n] for n in names}
+
+
+def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[str]:
+    """The weights to train: the given names, checked, or the default choice."""
+    if weights is None:
+        weights = trainable_initializers(onx)
+        if not weights:
+            raise OrtBenchError("the model has nothing to train: no float initializer")
+        _check_trainable(onx, weights)
+        return weights
+    if isinstance(weights, str):
+        weights = [weights]
+    known = {i.name: i for i in onx.graph.initializer}
+    for name in weights:
+        if name not in known:
+            raise OrtBenchError(
+                f"unknown weight {name!r}: the model's initializers are {sorted(known)}"
+            )
+        if known[name].data_type not in FLOAT_TYPES:
+            raise OrtBenchError(f"weight {name!r} is not a float tensor and cannot be trained")
+    if not weights:
+        raise OrtBenchError("the model has nothing to train: weights_to_train is empty")
+    _check_trainable(onx, weights)
+    return list(weights)
+
+
+def _check_trainable(onx: onnx.ModelProto, weights: list[str]) -> None:
+    """Refuse double and float16 weights (the engine's buffers and updates are float32),
+    and weights read only inside the subgraph of an If, Loop or Scan node."""
+    read = {name for node in onx.graph.node for name in node.input}
+    for node in onx.graph.node:
+        inside = subgraph_reads(node) & set(weights) - read
+        if inside:
+            raise OrtBenchError(
+                f"weight {sorted(inside)[0]!r} is read only inside the subgraph of "
+                f"{node.op_type} node {node.name!r}: ortbench cannot differentiate through "
+                f"control flow; leave it out of weights_to_train"
+            )
+    for init in onx.graph.initializer:
+        if init.name in weights and init.data_type != TensorProto.FLOAT:
+            kind = helper.tensor_dtype_to_np_dtype(init.data_type).name
+            raise OrtBenchError(
+                f"weight {init.name!r} is {kind}: ortbench trains float32 weights; convert "
+                f"the model in float32 (e.g. to_onnx(model, X[:1].astype(np.float32)))"
+            )
+
+
+def onnx_rename_weights(onx: onnx.ModelProto) -> onnx.ModelProto:
+    """Rename every initializer ``I<k>_<name>`` in graph order, so names sort in that order."""
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(onx)
+    mapping = {init.name: f"I{k}_{init.name}" for k, init in enumerate(renamed.graph.initializer)}
+    for init in renamed.graph.initializer:
+        init.name = mapping[init.name]
+    for node in renamed.graph.node:
+        node.input[:] = [mapping.get(name, name) for name in node.input]
+    return renamed
+
+
+def set_initializers(onx: onnx.ModelProto, values: dict) -> onnx.ModelProto:
+    """A copy of ``onx`` whose named initializers hold ``values``, dtypes kept."""
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    for init in model.graph.initializer:
+        if init.name in values:
+            dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
+            init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype), init.name))
+    return model
+
+
+def weights_as_inputs(onx: onnx.ModelProto, weights: list[str]) -> onnx.ModelProto:
+    """A copy where the named initializers become graph inputs (after the data inputs)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(onx)
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    kept = [i for i in graph.initializer if i.name not in weights]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    graph.input.extend(
+        helper.make_tensor_value_info(n, inits[n].data_type, list(inits[n].dims)) for n in weights
+    )
+    return model
+
+
+def check_weights_reach(onx: onnx.ModelProto, weights: list[str], outputs: list[str]) -> None:
+    """Refuse trained weights that none of ``outputs`` (the trained output, a loss the model
+    outputs) is computed from: nothing would give them a gradient.
+
+    Raises
+    ------
+    OrtBenchError
+        Naming the first such weight.
+    """
+    producers = {o: n for n in onx.graph.node for o in n.output}
+    read = ancestors(producers, outputs)
+    unread = [w for w in weights if w not in read]
+    if unread:
+        raise OrtBenchError(
+            f"weight {unread[0]!r} does not reach the trained output {outputs[0]!r} (the "
+            f"first float output): leave it out of weights_to_train, or convert a model "
+            f"whose first float output is the one to train"
+        )

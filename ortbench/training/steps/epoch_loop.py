@@ -1,0 +1,235 @@
+"""A whole epoch in one onnxruntime run: an ONNX ``Scan`` whose body is the fused step.
+
+Each run of :class:`~ortbench.training.steps.fused.FusedSteps` pays onnxruntime's per-run
+dispatch. Here the body is :func:`~ortbench.training.steps.fused.fused_step_graph` with each
+weight its own group; the ``Scan`` hands it batch ``i`` of the staged epoch (every batch
+stacked, ``(n_batches, batch_size, ...)``, in the epoch's shuffled order) and carries the
+weights and the optimizer state from one iteration to the next. The per-batch losses come
+out as the scan's output, so the epoch's loss is the same weighted mean as the per-step
+run's. The last batch needs no special case: the loader pads it with rows of sample weight
+0, as it does for the per-step run, and its loss weighs its real rows only.
+
+``Scan`` rather than ``Loop``: a ``Loop`` body would slice batch ``i`` with one ``Gather``
+per data input and pass its condition through, nodes that ``Scan``'s own slicing saves
+(``benchmarks/README.md`` has the counts).
+
+The outer graph reads the weights of one parity through per-weight views of the flat
+buffers (:class:`~ortbench.training.steps.buffers.WeightBuffers`) and writes the other parity's;
+the flat optimizer state is split into per-weight tensors before the scan and joined after
+it, once per epoch. Every binding is made once per fit: an epoch is one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..errors import OrtBenchError
+from ..graphs.builder import GraphBuilder
+from ..graphs.loading import fit_runtime
+from ..graphs.weights import get_initializers
+from ..learning_rates import BaseLearningRate, LearningRateAdamW
+from ..runtime import capi
+from ..runtime.devices import cpu_scalar
+from ..runtime.sessions import SessionMaker
+from .batches import Batch, BatchLoader
+from .buffers import DoubleBufferedSteps, WeightBuffers
+from .fused import fused_step_graph
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[int]:
+    return [d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+def epoch_loop_graph(
+    with_loss: onnx.ModelProto,
+    weights: list[str],
+    rate: BaseLearningRate,
+    loss_name: str,
+    n_batches: int,
+    state_width: int | None = None,
+) -> onnx.ModelProto:
+    """One epoch of training as one graph: a ``Scan`` over the staged batches.
+
+    Parameters
+    ----------
+    with_loss : onnx.ModelProto
+        The model with a static batch dimension, whose one output is the loss.
+    weights : list of str
+        The trained weights.
+    rate : BaseLearningRate
+        The update (SGD, with or without momentum).
+    loss_name : str
+        The model's loss output.
+    n_batches : int
+        The batches of an epoch (the scan's length).
+    state_width : int, optional
+        The length of the flat optimizer state (see
+        :class:`~ortbench.training.steps.buffers.WeightBuffers`), for a rate with a state.
+
+    Returns
+    -------
+    onnx.ModelProto
+        Inputs: ``<x>_epoch`` for each data input ``<x>`` of ``with_loss``, its batches
+        stacked on a new first axis; ``<w>_before`` for each weight; ``step_scale``
+        (scalar, the rate's step factor); then ``state_before`` (flat) when the rate keeps
+        a state. Outputs: ``<w>_after`` for each weight, ``state_after`` (flat) with a
+        state, then ``losses``, the loss of each batch before its update.
+    """
+    step = fused_step_graph(with_loss, {w: [w] for w in weights}, rate, loss_name)
+    body = step.graph
+    opset = next(o.version for o in step.opset_import if o.domain in ("", "ai.onnx"))
+    inputs = {i.name: i for i in body.input}
+    data = [i.name for i in with_loss.graph.input if i.name not in weights]
+    carried = [w for w in weights for w in ([w, f"{w}_state"] if rate.n_states else [w])]
+
+    # the body is the fused step, its inputs reordered as Scan reads them (the carried
+    # values, then batch i of each staged input); step_scale is the outer graph's
+    outputs = {o.name: o for o in body.output}
+    scan_body = helper.make_graph(
+        list(body.node),
+        "epoch_step",
+        [*(inputs[name] for name in carried), *(inputs[name] for name in data)],
+        [*(outputs[f"{name}_new"] for name in carried), outputs[loss_name]],
+        list(body.initializer),
+    )
+
+    b = GraphBuilder("epoch_loop", opset=opset, prefix="epoch_")
+    for name in data:
+        b.input(f"{name}_epoch", [n_batches, *_dims(inputs[name])])
+    initial = {w: b.input(f"{w}_before", _dims(inputs[w])) for w in weights}
+    b.input("step_scale", [])
+    if rate.n_states:
+        sizes = [int(np.prod(_dims(inputs[w]))) for w in weights]
+        padding = state_width - sum(sizes)
+        pieces = b.op(
+            "Split",
+            b.input("state_before", [state_width]),
+            b.const([*sizes, padding] if padding else sizes, np.int64),
+            outputs=len(sizes) + bool(padding),
+        )
+        pieces = pieces if isinstance(pieces, tuple) else (pieces,)
+        for w, piece in zip(weights, pieces):
+            shape = b.const(_dims(inputs[w]), np.int64)
+            initial[f"{w}_state"] = b.op("Reshape", piece, shape)
+    finals = [f"{name}_after" for name in carried]
+    b.nodes.append(
+        helper.make_node(
+            "Scan",
+            [*(initial[name] for name in carried), *(f"{name}_epoch" for name in data)],
+            [*finals, "losses"],
+            name="epoch_loop",
+            body=scan_body,
+            num_scan_inputs=len(data),
+        )
+    )
+    for name in weights:
+        b.output(f"{name}_after", _dims(inputs[name]))
+    if rate.n_states:
+        states = [f for f, name in zip(finals, carried) if name not in weights]
+        flat = [b.op("Reshape", f, b.const([-1], np.int64)) for f in states]
+        if padding:
+            flat.append(b.const(np.zeros(padding)))
+        b.op("Concat", *flat, axis=0, name="state_after")
+        b.output("state_after", [state_width])
+    b.output("losses", [n_batches])
+    return b.to_model()
+
+
+class EpochLoopSteps(DoubleBufferedSteps):
+    """Training steps of a model that outputs its loss: one run per epoch.
+
+    The same parameters as :class:`~ortbench.training.steps.fused.FusedSteps`, whose step each
+    loop iteration runs.
+
+    Raises
+    ------
+    OrtBenchError
+        For ``LearningRateAdamW``, or a device other than the CPU (the staged epoch is one
+        host buffer there only).
+    """
+
+    large_sessions = 1
+
+    def __init__(
+        self,
+        with_loss: onnx.ModelProto,
+        weights: list[str],
+        rate: BaseLearningRate,
+        sessions: SessionMaker,
+        feeds: Callable[[Batch], tuple],
+        loss_name: str,
+    ):
+        if isinstance(rate, LearningRateAdamW):
+            raise OrtBenchError("LearningRateAdamW runs only with backend='ort-training'")
+        self.weights = weights
+        self._with_loss = with_loss
+        self._rate = rate
+        self._sessions = sessions
+        self._feeds = feeds
+        self._loss_name = loss_name
+        self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
+        initial = get_initializers(with_loss, weights)
+        self._buffers = WeightBuffers(initial, rate.n_states, sessions.ort_device, set())
+        if not self._buffers.on_cpu:
+            raise OrtBenchError("the epoch loop runs on the CPU only: use device='cpu'")
+        self.graphs: dict[str, onnx.ModelProto | bytes] = {}
+        self._n_batches = 0
+        self._step_scale = np.zeros((), dtype=np.float32)
+        self._parity = 0
+
+    def set_learning_rate(self, value: float) -> None:
+        """Make the next steps use the learning rate ``value``."""
+        # bound once: every epoch reads this memory
+        self._step_scale[()] = self._rate.step_factor(value)
+
+    def start_fit(self, loader: BatchLoader) -> None:
+        """Build the loop for the loader's number of batches (when it changed) and bind
+        the staged epoch, for both parities."""
+        if len(loader) != self._n_batches:
+            self._n_batches = len(loader)
+            width = self._buffers.group_shapes["weights"][0]
+            model = epoch_loop_graph(
+                self._with_loss,
+                self.weights,
+                self._rate,
+                self._loss_name,
+                self._n_batches,
+                width if self._buffers.has_state else None,
+            )
+            self.graphs = {"epoch_loop": model}
+            self._session = self._sessions.session(
+                fit_runtime(model).SerializeToString(), "epoch_loop"
+            )
+        self._n_samples = loader.n_samples
+        self._losses = np.zeros(self._n_batches, dtype=np.float32)
+        # each batch's real rows, which weigh its loss in the epoch's
+        self._lengths = np.array([batch.length for batch in loader.batches], dtype=np.float64)
+        epoch = loader.staged_epoch()
+        self._runs = tuple(self._bind(epoch, p) for p in (0, 1))
+
+    def _bind(self, epoch: Batch, src: int) -> capi.Binding:
+        """The run over the staged ``epoch`` reading parity ``src``, writing the other."""
+        buffers, dst = self._buffers, 1 - src
+        binding = capi.Binding(self._session)
+        for name, value in zip(self._data_inputs, self._feeds(epoch)):
+            binding.bind_input(f"{name}_epoch", value)
+        binding.bind_input("step_scale", cpu_scalar(self._step_scale))
+        for name, before, after in zip(self.weights, buffers.weights[src], buffers.weights[dst]):
+            binding.bind_input(f"{name}_before", before)  # views of the flat buffers
+            binding.bind_output(f"{name}_after", after)
+        if buffers.has_state:
+            binding.bind_input("state_before", buffers.states[src][0])
+            binding.bind_output("state_after", buffers.states[dst][0])
+        binding.bind_output("losses", cpu_scalar(self._losses))
+        return binding
+
+    def run_epoch(self) -> float:
+        """Train on every staged batch in one run; return the epoch's loss (mean over
+        samples)."""
+        self._runs[self._parity].run()
+        self._parity = 1 - self._parity
+        return float(self._losses @ self._lengths) / self._n_samples

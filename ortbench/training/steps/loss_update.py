@@ -1,0 +1,195 @@
+"""The loss and update runs of forward/backward training, which both of its backends share.
+
+A forward/backward step is four runs: forward, the loss graph (loss and its gradient),
+backward, and one fused update of every weight with the penalty's gradient folded in.
+The loss graph scales the gradient it back-propagates by the optimizer's step factor
+(-lr for SGD; the loader stages it as each batch's gradient-scale column), so the
+backward pass yields the step ``e`` and the update is ``w + e`` for SGD, or two
+matrix-vector products over the stacked weight, state and step with momentum (see
+:mod:`ortbench.training.learning_rates` and :mod:`.buffers`).
+
+:class:`LossUpdateSteps` owns what does not depend on how forward and backward run: the
+weights (double-buffered: a step reads parity A and writes parity B, the next step the
+reverse), the loss graph bound once per staged batch, the update graph bound once per
+parity, and the host scalars the runs write the loss and penalty into. Its subclasses,
+:class:`~ortbench.training.steps.agent.AgentSteps` (TrainingAgent) and
+:class:`~ortbench.training.steps.split.SplitSteps` (portable sessions), add forward and
+backward and the loop of an epoch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..graphs.loading import fit_runtime
+from ..graphs.weights import get_initializers
+from ..learning_rates import BaseLearningRate
+from ..losses import BaseLearningLoss
+from ..penalties import BaseLearningPenalty
+from ..runtime import capi
+from ..runtime.devices import cpu_scalar
+from ..runtime.sessions import SessionMaker
+from .batches import Batch, BatchLoader
+from .buffers import DoubleBufferedSteps, WeightBuffers
+
+
+class LossUpdateSteps(DoubleBufferedSteps):
+    """Weights, loss graph and update graph of forward/backward training steps.
+
+    Parameters
+    ----------
+    static : onnx.ModelProto
+        The model with a static batch dimension, its one data input first and one
+        output; its initializers hold the weights' starting values.
+    weights : list of str
+        The trained weights, in the order the graphs read them.
+    biases : set of str
+        The weights the penalty leaves alone.
+    loss : BaseLearningLoss
+        Builds the loss graph.
+    penalty : BaseLearningPenalty
+        Folded into the update graph.
+    rate : BaseLearningRate
+        Builds the update graph; its step factor scales the back-propagated gradient.
+    sessions : SessionMaker
+        Device, threads and labels of the sessions.
+
+    Raises
+    ------
+    OrtBenchError
+        When the backend cannot run forward and backward of this model.
+    """
+
+    def __init__(
+        self,
+        static: onnx.ModelProto,
+        weights: list[str],
+        biases: set[str],
+        loss: BaseLearningLoss,
+        penalty: BaseLearningPenalty,
+        rate: BaseLearningRate,
+        sessions: SessionMaker,
+    ):
+        self.weights = weights
+        self._device = sessions.ort_device
+        graphs = self._build_passes(static, sessions)
+        buffers = WeightBuffers(
+            get_initializers(static, weights), rate.n_states, self._device, biases
+        )
+        self._buffers = buffers
+        loss_model = loss.build_onnx_function()
+        self._loss_session = sessions.session(
+            fit_runtime(loss_model).SerializeToString(), "loss", one_thread=True
+        )
+        stacked = buffers.on_cpu and buffers.has_state and not penalty.is_active()
+        if stacked:
+            (size,) = buffers.group_shapes["weights"]
+            update_model = rate.build_stacked_function(size)
+        else:
+            update_model = rate.build_onnx_function(
+                buffers.group_shapes, penalty, buffers.penalty_masks
+            )
+        update = sessions.session(
+            fit_runtime(update_model).SerializeToString(), "update", one_thread=True
+        )
+        self.graphs = {**graphs, "loss": loss_model, "update": update_model}
+        self._rate = rate
+        self._step_scale = np.zeros((), dtype=np.float32)
+        self._loss_out = np.zeros((), dtype=np.float32)
+        self._penalty_out = np.zeros((), dtype=np.float32)
+        if stacked:
+            # the OrtValues view these arrays, which must outlive them
+            self._coefficients = buffers.stacked_coefficients(*rate.state_coefficients())
+            self._updates = [self._bind_stacked_update(update, p) for p in (0, 1)]
+        else:
+            self._updates = [self._bind_update(update, update_model, p) for p in (0, 1)]
+        self._parity = 0
+        self._loader: BatchLoader | None = None
+
+    def _build_passes(self, static: onnx.ModelProto, sessions: SessionMaker) -> dict:
+        """Build forward and backward; return their graphs by name."""
+        raise NotImplementedError
+
+    def _bind_stacked_update(self, session, src: int) -> capi.Binding:
+        """The momentum update over the stacked rows, reading parity ``src``."""
+        rows, state_rows, new_weight, new_state = self._buffers.stacked[src]
+        binding = capi.Binding(session)
+        binding.bind_input("weight_state_step", rows)
+        binding.bind_input("state_step", state_rows)
+        binding.bind_input("state_coefficients", cpu_scalar(self._coefficients[src]))
+        binding.bind_output("weight_new", new_weight)
+        binding.bind_output("state_new", new_state)
+        return binding
+
+    def _bind_update(self, session, model: onnx.ModelProto, src: int) -> capi.Binding:
+        """The update reading parity ``src`` and writing the other one."""
+        buffers, dst = self._buffers, 1 - src
+        binding = capi.Binding(session)
+        if any(i.name == "step_scale" for i in model.graph.input):
+            binding.bind_input("step_scale", cpu_scalar(self._step_scale))
+        for i, name in enumerate(buffers.group_shapes):
+            binding.bind_input(name, buffers.group_weights[src][i])
+            binding.bind_input(f"{name}_step", buffers.group_grads[i])
+            binding.bind_output(f"{name}_new", buffers.group_weights[dst][i])
+            if buffers.has_state:
+                binding.bind_input(f"{name}_state", buffers.states[src][i])
+                binding.bind_output(f"{name}_state_new", buffers.states[dst][i])
+        if any(o.name == "penalty" for o in model.graph.output):
+            binding.bind_output("penalty", cpu_scalar(self._penalty_out))
+        return binding
+
+    def set_learning_rate(self, value: float) -> None:
+        """Make the next steps use the learning rate ``value``."""
+        factor = self._rate.step_factor(value)
+        self._step_scale[()] = factor  # bound once: the update reads this memory
+        if self._loader is not None:
+            self._loader.set_gradient_factor(factor)
+
+    def start_fit(self, loader: BatchLoader) -> None:
+        """Bind every run of every staged batch, once: a step then only runs.
+
+        The forward pass fills one prediction buffer (every batch has ``batch_size``
+        rows), the loss graph reads it and fills one buffer with the loss's gradient, which
+        the backward pass reads; the backward pass writes the step buffers the update
+        graph was bound to when it was built.
+        """
+        self._loader = loader
+        loader.set_gradient_factor(float(self._step_scale))
+        batches = loader.batches
+        shape = tuple(batches[0].values[1].shape())  # every batch has batch_size rows
+        self._hosts: list[np.ndarray] = []  # the memory the OrtValues below view
+        prediction, loss_grad = self._zeros(shape), self._zeros(shape)
+        self._n_samples = loader.n_samples
+        self._bind_steps(batches, prediction, loss_grad)
+
+    def _bind_steps(
+        self, batches: list[Batch], prediction: capi.OrtValue, loss_grad: capi.OrtValue
+    ) -> None:
+        """Bind forward and backward of every batch; make ``_records``, one step record
+        per batch, which :meth:`run_epoch` iterates over."""
+        raise NotImplementedError
+
+    def _bind_loss(
+        self, batch: Batch, prediction: capi.OrtValue, loss_grad: capi.OrtValue
+    ) -> capi.Binding:
+        """The loss graph's run over one staged batch."""
+        loss = capi.Binding(self._loss_session)
+        loss.bind_input("predicted", prediction)
+        loss.bind_input("expected", batch.values[1])
+        loss.bind_input("loss_scale", batch.loss_scale)
+        loss.bind_input("grad_scale", batch.grad_scale)
+        loss.bind_output("loss", cpu_scalar(self._loss_out))
+        loss.bind_output("loss_grad", loss_grad)
+        return loss
+
+    def _zeros(self, shape: tuple) -> capi.OrtValue:
+        """An OrtValue owning zeros of ``shape`` on the device."""
+        host = np.zeros(shape, np.float32)
+        if self._buffers.on_cpu:
+            self._hosts.append(host)  # the OrtValue views this memory
+        return capi.OrtValue.ortvalue_from_numpy(host, self._device)
+
+    def run_epoch(self) -> float:
+        """Train on every staged batch; return the epoch's loss (mean over samples)."""
+        raise NotImplementedError
