@@ -50,11 +50,13 @@ def test_results_schema(run_folder):
     assert list(results.columns) == COLUMNS
     assert len(results) == 16
     assert (results.run_id == "test-run").all()
-    ok = results[results.status == "ok"]
+    # measured cells: a loaded machine may time one as unstable, which is beside the point
+    timed = (results.status == "ok") | results.status.str.startswith("unstable: ")
+    ok = results[timed]
     expected = ["ort-full", "sklearn-mlp-sgd", *(["torch-sgd"] if TORCH else [])]
     assert sorted(ok.contender) == expected
     assert set(ok.device) == {"cpu"} and set(ok.batch_size) == {8}
-    others = results[results.status != "ok"]
+    others = results[~timed]
     assert others.status.str.startswith("unavailable: ").all()
     assert set(others[(others.contender == "sklearn-sgd") & (others.batch_size == 8)].status) == {
         "unavailable: SGDRegressor trains linear regressions only"

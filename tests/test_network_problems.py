@@ -99,6 +99,11 @@ def test_the_shifted_digits_are_the_images_moved_one_pixel():
     assert moves == {(-1, 0), (1, 0), (0, -1), (0, 1)}
 
 
+def timed(status: str) -> bool:
+    """Whether a cell ran and was timed (a loaded machine may find its slopes unstable)."""
+    return status == "ok" or status.startswith("unstable: ")
+
+
 def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
     argv = ["bench", "--problem", "cnn", "transformer", "--batch-sizes", "16", "--epochs", "1"]
     contenders = ["sklearn-mlp-sgd", "ort-fwbw", "ort-portable-full", "torch-sgd"]
@@ -112,11 +117,11 @@ def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
     status = results.set_index(["problem", "contender"]).status
     for problem in ("cnn", "transformer"):
         assert status[problem, "sklearn-mlp-sgd"].startswith("unavailable: the model is not an MLP")
-        assert status[problem, "torch-sgd"] == (
-            "ok" if TORCH else "unavailable: torch is not installed"
-        )
-        assert status[problem, "ort-portable-full"] == "ok"
+        assert timed(status[problem, "torch-sgd"]) == TORCH, status[problem, "torch-sgd"]
+        if not TORCH:
+            assert status[problem, "torch-sgd"] == "unavailable: torch is not installed"
+        assert timed(status[problem, "ort-portable-full"])
         if runtime_problem() is None:
-            assert status[problem, "ort-fwbw"] == "ok"
+            assert timed(status[problem, "ort-fwbw"])
         else:
             assert status[problem, "ort-fwbw"].startswith("unavailable: needs onnxruntime-training")
