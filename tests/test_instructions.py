@@ -47,6 +47,10 @@ CONFIG = BenchConfig(
     repeat=2,
     n_samples=300,
 )
+#: Counts repeat to a few in ten thousand on onnxruntime-training 1.19.2; on the plain
+#: onnxruntime 1.31 of the cpu extra they were seen 0.45% apart between repeats and 5% over
+#: rounds (docs/benchmarks.md), so the gate's premise is checked on the training build.
+STABLE_COUNTS = pytest.mark.training_build
 needs_valgrind = pytest.mark.skipif(
     shutil.which("valgrind") is None or shutil.which(os.environ.get("CC", "cc")) is None,
     reason="needs valgrind and a C compiler",
@@ -89,6 +93,7 @@ def test_refuses_in_one_line_without_valgrind(tmp_path):
 
 
 @needs_valgrind
+@STABLE_COUNTS
 def test_counts_the_steps_of_the_counted_fits_only(base):
     """Set-up is not counted: the first count after the imports and the build is a fit's,
     repeated counts agree, and a fit's steps count twice as much for twice the epochs,
@@ -111,6 +116,7 @@ def test_counts_the_steps_of_the_counted_fits_only(base):
 
 
 @needs_valgrind
+@STABLE_COUNTS
 def test_a_planted_operation_per_step_regresses(base, tmp_path):
     """HEAD's tree does one more small Python operation per step than BASE's: the count
     sees it, beyond the threshold and beyond the rounds' spread."""
