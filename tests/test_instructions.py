@@ -124,7 +124,7 @@ def test_a_planted_operation_per_step_regresses(base, tmp_path):
     shutil.copytree(
         ROOT / "ortbench", tree / "ortbench", ignore=shutil.ignore_patterns("__pycache__")
     )
-    steps = tree / "ortbench" / "training" / "split.py"
+    steps = tree / "ortbench" / "training" / "steps" / "split.py"
     text = steps.read_text(encoding="utf-8")
     line = "            run_loss()\n"
     assert text.count(line) == 1

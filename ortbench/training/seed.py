@@ -314,6 +314,7 @@ class _SeedBehaviour:
     random_state = None
     intra_op_threads = "auto"
     backend = None
+    epoch_loop = False
 
     #: True when the trained loss is a sum over the batch, as the seed's full class
     #: assumed: steps then use the rate divided by the batch size and the reported
