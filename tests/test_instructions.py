@@ -189,6 +189,7 @@ def _annotated(dump: Path, objects: set[str]) -> tuple[int, dict[str, int]]:
 
 
 @needs_valgrind
+@pytest.mark.training_build  # minutes under valgrind: one suite runs it, not both
 def test_profile_writes_the_counted_fit_as_callgrind_writes_it(tmp_path, monkeypatch):
     """``profile --instructions`` keeps the callgrind file of one counted fit, which
     callgrind_annotate reads, and its page's tables add up to callgrind_annotate's totals,
