@@ -369,6 +369,7 @@ def test_profile_covers_the_epoch_loop_and_the_page_shows_it(tmp_path):
         in page
     )
     assert f"{share:.0%} of the samples are under" in page
+    assert "the same steady window, 150 epochs after the build" in page
     titles = headings(page)
     assert not [a for a, b in itertools.pairwise(titles) if a == b], titles  # no doubled heading
     assert "<details open><summary" in page and "_run_epoch" in page
@@ -388,6 +389,7 @@ def test_profile_page_says_why_there_is_no_flame_graph(tmp_path, monkeypatch):
     page = (run / "index.html").read_text()
     assert "<strong>No flame graph:</strong> py-spy is not installed (pip install" in page
     assert "class='flamegraph'" not in page
+    assert "the same steady window, 1 epoch after the build and 1 warm-up epoch," in page
 
 
 @pytest.mark.training_build

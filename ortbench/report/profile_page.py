@@ -90,12 +90,17 @@ def _tree(path: Path, title: str) -> str:
     return f"<h3>{html.escape(title)}</h3>\n{calltree_html(tree)}"
 
 
+def _count(n: int, noun: str) -> str:
+    """``n`` and the noun, in the plural unless ``n`` is 1."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _what_ran(info: dict) -> str:
     return (
         f"<p>{html.escape(info['problem'])} on {html.escape(info['dataset'])}, batch size "
         f"{info['batch_size']}, {html.escape(info['device'])}. cProfile and py-spy watched "
-        f"the same steady window, {info['epochs']} epochs after the build and "
-        f"{info['warmup_epochs']} warm-up epoch, and onnxruntime's profiler its first "
+        f"the same steady window, {_count(info['epochs'], 'epoch')} after the build and "
+        f"{_count(info['warmup_epochs'], 'warm-up epoch')}, and onnxruntime's profiler its first "
         "epochs; the build has its own call tree below.</p>"
     )
 

@@ -30,14 +30,12 @@ from onnx import helper
 from ..errors import OrtBenchError
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
-from ..graphs.weights import get_initializers
-from ..learning_rates import BaseLearningRate, LearningRateAdamW
+from ..learning_rates import BaseLearningRate
 from ..runtime import capi
 from ..runtime.devices import cpu_scalar
 from ..runtime.sessions import SessionMaker
 from .batches import Batch, BatchLoader
-from .buffers import DoubleBufferedSteps, WeightBuffers
-from .fused import fused_step_graph
+from .fused import OneGraphSteps, fused_step_graph
 
 
 def _dims(value: onnx.ValueInfoProto) -> list[int]:
@@ -139,11 +137,11 @@ def epoch_loop_graph(
     return b.to_model()
 
 
-class EpochLoopSteps(DoubleBufferedSteps):
+class EpochLoopSteps(OneGraphSteps):
     """Training steps of a model that outputs its loss: one run per epoch.
 
-    The same parameters as :class:`~ortbench.training.steps.fused.FusedSteps`, whose step each
-    loop iteration runs.
+    The parameters of :class:`~ortbench.training.steps.fused.OneGraphSteps`; each loop
+    iteration runs the step of :class:`~ortbench.training.steps.fused.FusedSteps`.
 
     Raises
     ------
@@ -151,8 +149,6 @@ class EpochLoopSteps(DoubleBufferedSteps):
         For ``LearningRateAdamW``, or a device other than the CPU (the staged epoch is one
         host buffer there only).
     """
-
-    large_sessions = 1
 
     def __init__(
         self,
@@ -163,28 +159,12 @@ class EpochLoopSteps(DoubleBufferedSteps):
         feeds: Callable[[Batch], tuple],
         loss_name: str,
     ):
-        if isinstance(rate, LearningRateAdamW):
-            raise OrtBenchError("LearningRateAdamW runs only with backend='ort-training'")
-        self.weights = weights
-        self._with_loss = with_loss
-        self._rate = rate
-        self._sessions = sessions
-        self._feeds = feeds
-        self._loss_name = loss_name
-        self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
-        initial = get_initializers(with_loss, weights)
-        self._buffers = WeightBuffers(initial, rate.n_states, sessions.ort_device, set())
+        super().__init__(with_loss, weights, rate, sessions, feeds, loss_name)
         if not self._buffers.on_cpu:
             raise OrtBenchError("the epoch loop runs on the CPU only: use device='cpu'")
+        self._with_loss = with_loss
         self.graphs: dict[str, onnx.ModelProto | bytes] = {}
         self._n_batches = 0
-        self._step_scale = np.zeros((), dtype=np.float32)
-        self._parity = 0
-
-    def set_learning_rate(self, value: float) -> None:
-        """Make the next steps use the learning rate ``value``."""
-        # bound once: every epoch reads this memory
-        self._step_scale[()] = self._rate.step_factor(value)
 
     def start_fit(self, loader: BatchLoader) -> None:
         """Build the loop for the loader's number of batches (when it changed) and bind

@@ -88,8 +88,9 @@ class FusedStep(NamedTuple):
     length: int
 
 
-class FusedSteps(DoubleBufferedSteps):
-    """Training steps of a model that outputs its loss, one fused run each.
+class OneGraphSteps(DoubleBufferedSteps):
+    """What the step objects whose whole update is one graph of standard operators share:
+    the weights in :class:`WeightBuffers`, and the rate's step factor, bound once.
 
     Parameters
     ----------
@@ -128,22 +129,39 @@ class FusedSteps(DoubleBufferedSteps):
             raise OrtBenchError("LearningRateAdamW runs only with backend='ort-training'")
         self.weights = weights
         self._rate = rate
+        self._sessions = sessions
         self._feeds = feeds
+        self._loss_name = loss_name
         self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
         initial = get_initializers(with_loss, weights)
         self._buffers = WeightBuffers(initial, rate.n_states, sessions.ort_device, set())
-        model = fused_step_graph(with_loss, self._buffers.groups, rate, loss_name)
-        self.graphs = {"fused_step": model}
-        self._session = sessions.session(fit_runtime(model).SerializeToString(), "fused_step")
-        self._loss_name = loss_name
         self._step_scale = np.zeros((), dtype=np.float32)
-        self._loss_out = np.zeros((), dtype=np.float32)
         self._parity = 0
 
     def set_learning_rate(self, value: float) -> None:
         """Make the next steps use the learning rate ``value``."""
-        # bound once: every step reads this memory
+        # bound once: every run reads this memory
         self._step_scale[()] = self._rate.step_factor(value)
+
+
+class FusedSteps(OneGraphSteps):
+    """Training steps of a model that outputs its loss, one fused run each (the parameters
+    of :class:`OneGraphSteps`)."""
+
+    def __init__(
+        self,
+        with_loss: onnx.ModelProto,
+        weights: list[str],
+        rate: BaseLearningRate,
+        sessions: SessionMaker,
+        feeds: Callable[[Batch], tuple],
+        loss_name: str,
+    ):
+        super().__init__(with_loss, weights, rate, sessions, feeds, loss_name)
+        model = fused_step_graph(with_loss, self._buffers.groups, rate, loss_name)
+        self.graphs = {"fused_step": model}
+        self._session = sessions.session(fit_runtime(model).SerializeToString(), "fused_step")
+        self._loss_out = np.zeros((), dtype=np.float32)
 
     def start_fit(self, loader: BatchLoader) -> None:
         """Bind each staged batch's feeds, for both parities."""
