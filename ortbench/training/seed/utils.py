@@ -13,10 +13,10 @@ import onnx
 from onnx import TensorProto, numpy_helper
 from sklearn.utils import check_random_state
 
-from .errors import OrtBenchError
-from .graphs.weights import trainable_initializers
-from .runtime import capi
-from .runtime.devices import ort_device, providers
+from ..errors import OrtBenchError
+from ..graphs.weights import trainable_initializers
+from ..runtime import capi
+from ..runtime.devices import ort_device, providers
 
 _PROTO_TYPES = {
     TensorProto.FLOAT: np.float32,

@@ -17,9 +17,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .errors import OrtBenchError
-from .graphs.builder import GraphBuilder
-from .graphs.outputs import select_outputs
+from ..errors import OrtBenchError
+from ..graphs.builder import GraphBuilder
+from ..graphs.outputs import select_outputs
 
 _FUNCTIONS: dict[str, Callable[..., onnx.ModelProto]] = {}
 
