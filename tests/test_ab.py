@@ -3,6 +3,7 @@ the paired test on synthetic drifting samples, the sides' environments, the comm
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -13,7 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortbench.bench.ab import AB_REPEAT, Worker, alternation, run_ab
+from ortbench.bench.ab import (
+    AB_REPEAT,
+    EXTRA_ROUNDS,
+    Sequential,
+    Worker,
+    alternation,
+    run_ab,
+    run_pair_group,
+)
 from ortbench.bench.checkouts import Checkout, mismatched_pins
 from ortbench.bench.machine import machine, versions
 from ortbench.bench.matrix import BenchConfig
@@ -26,8 +35,10 @@ from ortbench.report.paired import (
     ab_markdown,
     adjusted,
     block_ratios,
+    median_interval,
     paired_test,
     paired_verdict,
+    undecided,
 )
 from ortbench.report.verdicts import IMPROVED, REGRESSED, UNCHANGED
 from ortbench.schema import BASE, HEAD, SIDE
@@ -162,6 +173,74 @@ def test_counters_are_exact_and_come_first(tmp_path):
     assert report.startswith("## A/B benchmarks: Regressions found")
 
 
+class Wobbly(FakeSide):
+    """A HEAD side ``factor`` times slower than BASE, whose fits of each cell last
+    ``low`` or ``high`` times that, four fits each in turn: its block ratios fall on
+    both sides of ``factor``, however many blocks are timed."""
+
+    def __init__(self, name: str, log: list, factor: float, spread: float):
+        super().__init__(name, log, factor)
+        self.low, self.high = factor / spread, factor * spread
+        self.counts: Counter = Counter()
+
+    def request(self, command: str, **fields) -> dict:
+        reply = super().request(command, **fields)
+        if command == "time":
+            turn = self.counts[fields["key"]] // 4 % 2
+            self.counts[fields["key"]] += 1
+            reply["seconds"] *= (self.low, self.high)[turn] / self.factor
+        return reply
+
+
+@pytest.mark.parametrize(
+    ("factor", "rounds"),
+    [(1.10, 3 * AB_REPEAT), (1.0, AB_REPEAT), (1.5, AB_REPEAT), (1 / 1.10, AB_REPEAT)],
+)
+def test_cells_whose_verdict_is_open_are_timed_further(tmp_path, factor, rounds):
+    """HEAD around the threshold (block ratios on both sides of 1.10): the median's
+    interval holds it however many blocks are timed, so the cells run to the budget;
+    clearly under or over it, they stop at --repeat, and so does a cell around the
+    threshold of an improvement (a gate is for slowdowns). The further rounds keep the
+    A B B A order."""
+    log: list = []
+    sides = {BASE: FakeSide(BASE, log, 1.0), HEAD: Wobbly(HEAD, log, factor, 1.04)}
+    sequential = Sequential(0.10, 3 * AB_REPEAT)
+    run_group = functools.partial(run_pair_group, sequential=sequential)
+    run_ab(CONFIG, sides, ResultsWriter(tmp_path, keys=[*KEYS, SIDE]), "run", run_group=run_group)
+    records = read_records(tmp_path)
+    assert [len(r["seconds_per_step_samples"]) for r in records] == [rounds] * 4
+    timed = [(side, key.split()[0], e) for command, side, key, e in log if command == "time"]
+    for contender in CONFIG.contenders:
+        mine = [(s, e) for s, name, e in timed if name == contender][-4 * rounds :]
+        assert [s for s, e in mine if e == SHORT_EPOCHS] == [BASE, HEAD, HEAD, BASE] * (rounds // 2)
+    verdicts = [v for v in ab_comparison(tmp_path).verdicts if v.benchmark == "seconds_per_step"]
+    assert all(v.note.endswith(f", {rounds // 2} blocks") for v in verdicts), verdicts
+
+
+def test_the_budget_need_not_be_a_whole_number_of_further_looks(tmp_path):
+    log: list = []
+    sides = {BASE: FakeSide(BASE, log, 1.0), HEAD: Wobbly(HEAD, log, 1.10, 1.04)}
+    sequential = Sequential(0.10, AB_REPEAT + EXTRA_ROUNDS + 2)
+    run_group = functools.partial(run_pair_group, sequential=sequential)
+    run_ab(CONFIG, sides, ResultsWriter(tmp_path, keys=[*KEYS, SIDE]), "run", run_group=run_group)
+    counts = {len(r["seconds_per_step_samples"]) for r in read_records(tmp_path)}
+    assert counts == {AB_REPEAT + EXTRA_ROUNDS + 2}
+
+
+def test_the_median_interval_and_when_a_verdict_is_open():
+    ratios = [1.0 + 0.01 * k for k in range(-8, 9)]  # 17 ratios around 1.0
+    low, high = median_interval(ratios)
+    # the sign test's interval: order statistics 5 and 13 of 17 (coverage 95.1%)
+    assert (low, high) == pytest.approx((0.96, 1.04))
+    assert not undecided(ratios, 0.05)
+    assert undecided(ratios, 0.03)  # 1.03 lies in [0.96, 1.04]
+    # [0.902, 0.978] holds 1 / 1.03, the bound of an improvement: not a regression's
+    assert not undecided([r * 0.94 for r in ratios], 0.03)
+    assert not undecided([r * 1.10 for r in ratios], 0.03)  # all of it over 1.03
+    assert median_interval([1.5, 2.0]) == (-np.inf, np.inf)  # too few for 95%
+    assert undecided([1.5, 2.0], 0.03)
+
+
 def test_block_ratios_by_hand():
     # block 0: places 0-3 (A B B A), block 1: places 4-7
     sides = [BASE, HEAD, HEAD, BASE, BASE, HEAD, HEAD, BASE]
@@ -273,7 +352,10 @@ def test_ab_runs_a_git_ref_against_a_checkout_folder(tmp_path, capsys, monkeypat
     assert [r[SIDE] for r in records] == [BASE, HEAD]
     for record in records:
         assert record["status"] == "ok" and record["runs_per_step"] > 0
-        order = [side for pair in alternation(14) for side in pair]
+        # 14 rounds, then 4 at a time while the cell's verdict is open, 42 at most
+        rounds = len(record["fit_positions"])
+        assert 14 <= rounds <= 42 and (rounds - 14) % 4 == 0, rounds
+        order = [side for pair in alternation(rounds) for side in pair]
         expected = [k for k, side in enumerate(order) if side == record[SIDE]]
         assert record["fit_positions"] == expected
     assert records[0]["final_train_loss"] == pytest.approx(records[1]["final_train_loss"])

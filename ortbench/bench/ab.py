@@ -21,6 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..report.paired import block_ratios, undecided
 from ..schema import BASE, FITS, HEAD, POSITIONS, SIDES
 from ..training import OrtBenchError
 from . import ab_worker, memory, timing
@@ -215,11 +216,40 @@ def _prepare(side: Side, cell: Cell, config: BenchConfig, user: UserFiles | None
     return SideResult({**row, **reply})
 
 
+#: Rounds added at a time to the cells still undecided (two blocks of A B B A).
+EXTRA_ROUNDS = 4
+#: ``ab``'s budget of rounds per cell and side, unless ``--max-repeat`` says otherwise:
+#: this many times ``--repeat``.
+MAX_REPEAT_FACTOR = 3
+
+
+@dataclass(frozen=True)
+class Sequential:
+    """Sequential sampling: after ``--repeat`` rounds, the cells whose verdict is still
+    open (:func:`~ortbench.report.paired.undecided` at ``threshold``) are timed
+    :data:`EXTRA_ROUNDS` rounds more, again and again, up to ``max_rounds`` in all."""
+
+    threshold: float
+    max_rounds: int
+
+    def more(self, paired: PairedCell) -> bool:
+        """Whether ``paired`` needs more rounds: both sides timed, its verdict open."""
+        if not all(result.ok and result.fits for result in paired.sides.values()):
+            return False
+        fits = [
+            (name, seconds, position)
+            for name, result in paired.sides.items()
+            for seconds, position in zip(result.fits, result.positions)
+        ]
+        return undecided(block_ratios(*zip(*fits)), self.threshold)
+
+
 def run_pair_group(
     group: list[Cell],
     config: BenchConfig,
     sides: dict[str, Side],
     user: UserFiles | None = None,
+    sequential: Sequential | None = None,
 ) -> list[PairedCell]:
     """Run cells that differ only by contender on both sides, timed fits alternated.
 
@@ -231,7 +261,9 @@ def run_pair_group(
     long one, as ``bench`` does. The sides take turns in the order
     ``alternation(repeat)[k]`` in round ``k``. A round's sample of a side is the slope
     between its two fits: the time per step without what a fit pays once. A side whose
-    cell failed or could not run is skipped; a fit that breaks marks it failed.
+    cell failed or could not run is skipped; a fit that breaks marks it failed. With
+    ``sequential``, the cells whose verdict is still open get further rounds, in the same
+    alternation, until it closes or the budget is spent (:class:`Sequential`).
 
     Returns
     -------
@@ -263,20 +295,33 @@ def run_pair_group(
         for result in results[k].sides.values():
             if result.ok:
                 result.row["timing"] = timing_column(epochs)
-    orders = [
-        [(k, name) for k in range(len(results)) for name in order]
-        for order in alternation(config.repeat)
-    ]
-    for durations in fits.rounds(long_epochs, orders):
-        for (k, name), (short, long) in durations.items():
-            result = results[k].sides[name]
-            steps = result.row["steps"] // config.epochs
-            epochs = long_epochs[k, name]
-            per_step, per_fit = slope(short, long, SHORT_EPOCHS * steps, epochs * steps)
-            result.positions.append(sum(len(r.samples) for r in results[k].sides.values()))
-            result.samples.append(per_step)
-            result.overheads.append(per_fit)
-            result.fits.append(long / (epochs * steps))
+
+    def time_rounds(first: int, count: int, keys: list[int]) -> None:
+        """Rounds ``first`` to ``first + count - 1`` of the cells ``keys``."""
+        orders = [
+            [(k, name) for k in keys for name in order]
+            for order in alternation(first + count)[first:]
+        ]
+        for durations in fits.rounds(long_epochs, orders):
+            for (k, name), (short, long) in durations.items():
+                result = results[k].sides[name]
+                steps = result.row["steps"] // config.epochs
+                epochs = long_epochs[k, name]
+                per_step, per_fit = slope(short, long, SHORT_EPOCHS * steps, epochs * steps)
+                result.positions.append(sum(len(r.samples) for r in results[k].sides.values()))
+                result.samples.append(per_step)
+                result.overheads.append(per_fit)
+                result.fits.append(long / (epochs * steps))
+
+    time_rounds(0, config.repeat, list(range(len(results))))
+    done = config.repeat
+    while sequential is not None and done < sequential.max_rounds:
+        keys = [k for k, paired in enumerate(results) if sequential.more(paired)]
+        if not keys:
+            break
+        count = min(EXTRA_ROUNDS, sequential.max_rounds - done)
+        time_rounds(done, count, keys)
+        done += count
     for k, paired in enumerate(results):
         for name, result in paired.sides.items():
             if not result.ok:
@@ -288,10 +333,15 @@ def run_pair_group(
     return results
 
 
-#: Timed fits per side and cell unless ``--repeat`` says otherwise: 16 blocks of two
+#: Timed fits per side and cell unless ``--repeat`` says otherwise: 12 blocks of two
 #: rounds, enough for the signed-rank test to decide once its p-values are adjusted over
-#: the cells of a run (see :func:`ortbench.report.paired.min_pvalue`).
-AB_REPEAT = 32
+#: the cells of a run (see :func:`ortbench.report.paired.min_pvalue`); the cells whose
+#: verdict is still open then get more (:class:`Sequential`).
+AB_REPEAT = 24
+#: ``ab``'s defaults of ``--threshold`` and ``--warn``: a paired run within one machine
+#: resolves smaller changes than ``compare`` of two separate runs (measured rates:
+#: ``docs/benchmarks.md``).
+AB_THRESHOLD, AB_WARN = 0.03, 0.02
 #: What ``ab.json`` in an A/B run folder holds: each side's ref, commit, tree, environment.
 AB_JSON = "ab.json"
 

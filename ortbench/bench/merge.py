@@ -53,8 +53,8 @@ class Merged:
 
     #: ``bench`` or ``ab``
     command: str
-    #: the report's settings (``ab``: ``threshold``, ``warn``, ``instructions_threshold``
-    #: and ``measure``)
+    #: the report's settings (``ab``: ``threshold``, ``warn``, ``instructions_threshold``,
+    #: ``measure`` and ``max_repeat``)
     settings: dict
     #: shard folder -> machine description, when the shards' machines differ (else empty)
     machines: dict[str, dict]

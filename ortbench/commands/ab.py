@@ -4,6 +4,7 @@ HEAD on the paired ratios. It takes ``bench``'s options (its parser is the paren
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -13,7 +14,11 @@ from pathlib import Path
 
 from ..bench.ab import (
     AB_REPEAT,
+    AB_THRESHOLD,
+    AB_WARN,
+    MAX_REPEAT_FACTOR,
     PairedCell,
+    Sequential,
     SideResult,
     Worker,
     run_ab,
@@ -98,6 +103,15 @@ def run(args: argparse.Namespace) -> int:
     worker = counting_worker(Path(args.cache)) if counting else Worker
     config = replace(matrix_config(args), repeat=rounds(args))
     todo = shard_todo(args, config)
+    most = config.repeat if counting else args.max_repeat or MAX_REPEAT_FACTOR * config.repeat
+    if most < config.repeat:
+        raise OrtBenchError(
+            f"--max-repeat must be at least the {config.repeat} rounds of --repeat, got {most}"
+        )
+    sequential = Sequential(args.threshold, most)
+    run_group = (
+        run_count_group if counting else functools.partial(run_pair_group, sequential=sequential)
+    )
 
     def log(line: str) -> None:
         print(f"ortbench ab: {line}", file=sys.stderr)
@@ -116,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         "warn": args.warn,
         "instructions_threshold": args.instructions_threshold,
         "measure": args.measure,  # shards that measured differently do not merge
+        "max_repeat": most,
     }
     if not start_shard(args, folder, config, todo, settings):
         write_sides(folder, sides)
@@ -126,7 +141,6 @@ def run(args: argparse.Namespace) -> int:
         with started(folder, sides, worker) as workers:
             writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
             user = UserFiles.from_options(args)
-            run_group = run_count_group if counting else run_pair_group
             run_ab(config, workers, writer, folder.name, progress, todo, user, run_group)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
@@ -176,7 +190,14 @@ def add(commands: argparse._SubParsersAction, bench: argparse.ArgumentParser) ->
         type=count,
         help=f"rounds per cell and side (default {AB_REPEAT}; {ROUNDS} when counting instructions)",
     )
-    add_verdict_options(parser)
+    parser.add_argument(
+        "--max-repeat",
+        type=count,
+        help="rounds per cell and side at most: a cell whose verdict is still open after "
+        "--repeat rounds is timed further, four rounds at a time, up to this many (default "
+        f"{MAX_REPEAT_FACTOR} times --repeat; --repeat's value: no further rounds)",
+    )
+    add_verdict_options(parser, AB_THRESHOLD, AB_WARN)
     parser.add_argument(
         "--cache",
         default=str(DEFAULT_CACHE),

@@ -69,16 +69,18 @@ def fraction(text: str) -> float:
     return value
 
 
-def add_verdict_options(parser: argparse.ArgumentParser) -> None:
+def add_verdict_options(
+    parser: argparse.ArgumentParser, threshold: float = THRESHOLD, warn: float = WARN
+) -> None:
     """``--threshold`` (> 0) and ``--warn`` (between 0 and the threshold), as ``compare``
-    and ``ab`` judge a change."""
+    and ``ab`` judge a change, with their defaults."""
     parser.add_argument(
-        "--threshold", type=positive, default=THRESHOLD,
-        help=f"relative change that counts ({THRESHOLD})",
+        "--threshold", type=positive, default=threshold,
+        help=f"relative change that counts ({threshold})",
     )  # fmt: skip
     parser.add_argument(
-        "--warn", type=non_negative, default=WARN,
-        help=f"relative slowdown that warns, at most the threshold ({WARN})",
+        "--warn", type=non_negative, default=warn,
+        help=f"relative slowdown that warns, at most the threshold ({warn})",
     )  # fmt: skip
 
     def check(args: argparse.Namespace) -> None:

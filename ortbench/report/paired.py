@@ -49,6 +49,9 @@ AB_MD = "ab.md"
 ALPHA = 0.02
 #: Places in a cell's order of fits that one block spans: two rounds of both sides.
 BLOCK = 4
+#: The confidence of the interval around a cell's median block ratio that tells ``ab``
+#: whether to time the cell further (:func:`undecided`).
+INTERVAL_CONFIDENCE = 0.95
 
 
 def block_ratios(
@@ -136,6 +139,29 @@ def adjusted(tests: Sequence[PairedTest]) -> list[PairedTest]:
         return []
     pvalues = stats.false_discovery_control([t.pvalue for t in tests], method="bh")
     return [replace(t, adjusted=float(p)) for t, p in zip(tests, pvalues)]
+
+
+def median_interval(ratios: Sequence[float]) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median block ratio: two order
+    statistics of the ratios, chosen from the binomial distribution of the number of
+    ratios under the median (``scipy.stats.quantile_test``), at
+    :data:`INTERVAL_CONFIDENCE`. Its bounds are infinite where there are too few ratios
+    for an interval of that confidence."""
+    if not ratios:
+        return -math.inf, math.inf
+    test = stats.quantile_test(np.asarray(ratios, dtype=float), q=1.0, p=0.5)
+    low, high = test.confidence_interval(INTERVAL_CONFIDENCE)
+    return float(np.nan_to_num(low, nan=-math.inf)), float(np.nan_to_num(high, nan=math.inf))
+
+
+def undecided(ratios: Sequence[float], threshold: float) -> bool:
+    """Whether a cell's verdict on a regression is still open: the confidence interval of
+    its median block ratio (:func:`median_interval`) holds ``1 + threshold``, so more
+    blocks could move the median to either side of it. ``ab`` times such cells further,
+    up to its budget of rounds (sequential sampling); a cell whose interval lies on one
+    side of it is decided. Improvements do not extend a run: a gate is for slowdowns."""
+    low, high = median_interval(ratios)
+    return low <= 1 + threshold <= high
 
 
 def min_pvalue(n: int) -> float:
@@ -257,7 +283,9 @@ def ab_comparison(
     tests = adjusted([test for *_, test in tested])
     for (params, before, after, _), test in zip(tested, tests):
         verdict = paired_verdict(test, threshold, warn)
-        note = f"paired p={test.pvalue:.2g}, adjusted {test.adjusted:.2g}"
+        note = (
+            f"paired p={test.pvalue:.2g}, adjusted {test.adjusted:.2g}, {len(test.ratios)} blocks"
+        )
         verdicts.append(
             Verdict("seconds_per_step", params, before, after, verdict, test.ratio, note)
         )
