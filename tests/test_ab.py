@@ -232,13 +232,16 @@ def test_the_median_interval_and_when_a_verdict_is_open():
     low, high = median_interval(ratios)
     # the sign test's interval: order statistics 5 and 13 of 17 (coverage 95.1%)
     assert (low, high) == pytest.approx((0.96, 1.04))
-    assert not undecided(ratios, 0.05)
-    assert undecided(ratios, 0.03)  # 1.03 lies in [0.96, 1.04]
+    assert not undecided(ratios, 0.05, ALPHA)
+    assert undecided(ratios, 0.03, ALPHA)  # 1.03 lies in [0.96, 1.04]
     # [0.902, 0.978] holds 1 / 1.03, the bound of an improvement: not a regression's
-    assert not undecided([r * 0.94 for r in ratios], 0.03)
-    assert not undecided([r * 1.10 for r in ratios], 0.03)  # all of it over 1.03
+    assert not undecided([r * 0.94 for r in ratios], 0.03, ALPHA)
+    # all of it over 1.03, every ratio over 1: p = 2 / 2**17
+    assert not undecided([r * 1.10 for r in ratios], 0.03, ALPHA)
+    # the interval over 1.03 but the test not yet under the level the run needs
+    assert undecided([r * 1.10 for r in ratios], 0.03, 2 / 2**17)
     assert median_interval([1.5, 2.0]) == (-np.inf, np.inf)  # too few for 95%
-    assert undecided([1.5, 2.0], 0.03)
+    assert undecided([1.5, 2.0], 0.03, ALPHA)
 
 
 def test_block_ratios_by_hand():
@@ -412,8 +415,9 @@ def test_an_interrupt_keeps_the_groups_that_finished(tmp_path):
     assert all(len(r["seconds_per_step_samples"]) == AB_REPEAT for r in records)
 
 
-def test_workers_run_one_blas_thread_unless_told(tmp_path, monkeypatch):
-    """A checkout whose machine module reports the worker's thread variables."""
+def test_workers_run_one_blas_thread_and_one_hash_seed_unless_told(tmp_path, monkeypatch):
+    """A checkout whose machine module reports the worker's thread variables and hash
+    seed."""
     tree = tmp_path / "tree"
     (tree / "ortbench" / "bench").mkdir(parents=True)
     (tree / "ortbench" / "__init__.py").write_text("")
@@ -421,17 +425,20 @@ def test_workers_run_one_blas_thread_unless_told(tmp_path, monkeypatch):
     (tree / "ortbench" / "bench" / "machine.py").write_text(
         "import os\n"
         "def versions():\n"
-        "    return {k: os.environ.get(k) for k in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')}\n"
+        "    names = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PYTHONHASHSEED')\n"
+        "    return {k: os.environ.get(k) for k in names}\n"
         "def machine():\n"
         "    return {}\n"
     )
     side = Checkout("tree", tree, sys.executable, "this interpreter")
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED"):
         monkeypatch.delenv(name, raising=False)
     worker = Worker(BASE, side, tmp_path / "worker.log")
     worker.close()
-    assert worker.context == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    pinned = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    assert worker.context == pinned
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
     worker = Worker(BASE, side, tmp_path / "worker.log")
     worker.close()
-    assert worker.context == {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "1"}
+    assert worker.context == pinned | {"OMP_NUM_THREADS": "2", "PYTHONHASHSEED": "7"}

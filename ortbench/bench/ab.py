@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..report.paired import block_ratios, undecided
+from ..report.paired import ALPHA, block_ratios, undecided
 from ..schema import BASE, FITS, HEAD, POSITIONS, SIDES
 from ..training import OrtBenchError
 from . import ab_worker, memory, timing
@@ -36,6 +36,9 @@ from .user_model import UserFiles
 #: pools' threads spin for a while after each call, and in the idle worker they would take
 #: the core the other side's next fit needs.
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: The workers' hash seed unless the environment sets one: both sides' dictionaries and
+#: sets then hash alike, a difference between two processes of the same code less.
+HASH_SEED = {"PYTHONHASHSEED": "0"}
 
 
 def alternation(repeat: int) -> list[tuple[str, str]]:
@@ -70,8 +73,8 @@ class Worker:
     launcher : sequence of str, optional
         A command that runs the worker's interpreter (valgrind, see :mod:`.instructions`).
     environment : mapping, optional
-        Variables that override the environment (by default only the thread pools are
-        pinned, where the environment does not set them).
+        Variables that override the environment (by default only the thread pools and
+        the hash seed are pinned, where the environment does not set them).
     preexec_fn : callable, optional
         Called in the child before it runs the command (``subprocess.Popen``).
     """
@@ -87,7 +90,13 @@ class Worker:
     ):
         self.name = name
         self.log = log
-        variables = {**THREADS, **os.environ, **(environment or {}), "PYTHONPATH": str(side.tree)}
+        variables = {
+            **THREADS,
+            **HASH_SEED,
+            **os.environ,
+            **(environment or {}),
+            "PYTHONPATH": str(side.tree),
+        }
         source = Path(ab_worker.__file__).read_text(encoding="utf-8")
         with open(log, "ab") as stderr:
             self.process = subprocess.Popen(
@@ -226,11 +235,13 @@ MAX_REPEAT_FACTOR = 3
 @dataclass(frozen=True)
 class Sequential:
     """Sequential sampling: after ``--repeat`` rounds, the cells whose verdict is still
-    open (:func:`~ortbench.report.paired.undecided` at ``threshold``) are timed
-    :data:`EXTRA_ROUNDS` rounds more, again and again, up to ``max_rounds`` in all."""
+    open (:func:`~ortbench.report.paired.undecided` at ``threshold``, for a run of
+    ``cells`` cells) are timed :data:`EXTRA_ROUNDS` rounds more, again and again, up to
+    ``max_rounds`` in all."""
 
     threshold: float
     max_rounds: int
+    cells: int = 1
 
     def more(self, paired: PairedCell) -> bool:
         """Whether ``paired`` needs more rounds: both sides timed, its verdict open."""
@@ -241,7 +252,8 @@ class Sequential:
             for name, result in paired.sides.items()
             for seconds, position in zip(result.fits, result.positions)
         ]
-        return undecided(block_ratios(*zip(*fits)), self.threshold)
+        level = ALPHA / max(self.cells, 1)
+        return undecided(block_ratios(*zip(*fits)), self.threshold, level)
 
 
 def run_pair_group(

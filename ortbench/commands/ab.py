@@ -29,7 +29,7 @@ from ..bench.ab import (
 )
 from ..bench.checkouts import DEFAULT_CACHE, checkout
 from ..bench.instructions import ROUNDS, counting_worker, run_count_group
-from ..bench.matrix import run_id_now
+from ..bench.matrix import cells, run_id_now
 from ..bench.store import KEYS, RESULTS_CSV, ResultsWriter, create_run_folder
 from ..bench.user_model import UserFiles
 from ..errors import OrtBenchError
@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         raise OrtBenchError(
             f"--max-repeat must be at least the {config.repeat} rounds of --repeat, got {most}"
         )
-    sequential = Sequential(args.threshold, most)
+    # the p-values are adjusted over the whole matrix, every shard's cells together
+    sequential = Sequential(args.threshold, most, len(cells(config)))
     run_group = (
         run_count_group if counting else functools.partial(run_pair_group, sequential=sequential)
     )

@@ -154,14 +154,29 @@ def median_interval(ratios: Sequence[float]) -> tuple[float, float]:
     return float(np.nan_to_num(low, nan=-math.inf)), float(np.nan_to_num(high, nan=math.inf))
 
 
-def undecided(ratios: Sequence[float], threshold: float) -> bool:
+def undecided(ratios: Sequence[float], threshold: float, level: float) -> bool:
     """Whether a cell's verdict on a regression is still open: the confidence interval of
     its median block ratio (:func:`median_interval`) holds ``1 + threshold``, so more
-    blocks could move the median to either side of it. ``ab`` times such cells further,
-    up to its budget of rounds (sequential sampling); a cell whose interval lies on one
-    side of it is decided. Improvements do not extend a run: a gate is for slowdowns."""
+    blocks could move the median to either side of it; or the median is beyond it and
+    the signed-rank test's p-value is not under ``level`` yet. ``ab`` times such cells
+    further, up to its budget of rounds (sequential sampling). Improvements do not extend
+    a run: a gate is for slowdowns.
+
+    Parameters
+    ----------
+    ratios : sequence of float
+        The cell's block ratios HEAD / BASE.
+    threshold : float
+        The relative slowdown that regresses.
+    level : float
+        The p-value that makes the slowdown count whatever the run's other cells give:
+        :data:`ALPHA` over the number of cells the run tests (the Benjamini-Hochberg
+        adjustment multiplies a p-value by at most that number).
+    """
     low, high = median_interval(ratios)
-    return low <= 1 + threshold <= high
+    if low <= 1 + threshold <= high:
+        return True
+    return low > 1 + threshold and paired_test(ratios).pvalue >= level
 
 
 def min_pvalue(n: int) -> float:
