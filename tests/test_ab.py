@@ -16,6 +16,8 @@ import pytest
 
 from ortbench.bench.ab import (
     AB_REPEAT,
+    AB_THRESHOLD,
+    AB_WARN,
     EXTRA_ROUNDS,
     Sequential,
     Worker,
@@ -346,7 +348,9 @@ def test_ab_runs_a_git_ref_against_a_checkout_folder(tmp_path, capsys, monkeypat
     status = main([*argv, "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")])
     (folder,) = (tmp_path / "out").iterdir()
     # a timing verdict, whichever it is, decides the status
-    assert status == (1 if ab_comparison(folder).failing else 0)
+    assert status == (
+        1 if ab_comparison(folder, threshold=AB_THRESHOLD, warn=AB_WARN).failing else 0
+    )
     info = json.loads((folder / "ab.json").read_text())
     assert Path(info[BASE]["tree"]).parent.parent == tmp_path / "cache"
     assert (Path(info[BASE]["tree"]) / "ortbench" / "__init__.py").exists()

@@ -14,6 +14,7 @@ import pytest
 from sklearn.model_selection import train_test_split
 from test_user_model import W2, numpy_forward, tanh_network
 
+from ortbench.bench.ab import AB_THRESHOLD, AB_WARN
 from ortbench.bench.datasets import VALIDATION_FRACTION
 from ortbench.bench.problems import make_problem
 from ortbench.bench.store import read_records
@@ -33,7 +34,8 @@ def run_ab(tmp_path: Path, *options: str) -> dict[tuple[str, str], dict]:
     argv = ["ab", str(ROOT), str(ROOT), *QUICK, *options]
     status = main([*argv, "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")])
     (folder,) = (tmp_path / "out").iterdir()
-    assert status == (1 if ab_comparison(folder).failing else 0)  # the verdict decides
+    comparison = ab_comparison(folder, threshold=AB_THRESHOLD, warn=AB_WARN)
+    assert status == (1 if comparison.failing else 0)  # the verdict decides
     rows = {(record["problem"], record[SIDE]): record for record in read_records(folder)}
     for row in rows.values():
         assert row["status"] == "ok", row["status"]
