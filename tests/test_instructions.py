@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ortbench.bench.ab import BASE, HEAD, _prepare
+from ortbench.bench.ab import BASE, HEAD, prepare_group
 from ortbench.bench.checkouts import Checkout
 from ortbench.bench.instructions import (
     CountingWorker,
@@ -106,7 +106,7 @@ def test_counts_the_steps_of_the_counted_fits_only(base):
     """Set-up is not counted: the first count after the imports and the build is a fit's,
     repeated counts agree, and a fit's steps count twice as much for twice the epochs,
     within the spread of repeated counts."""
-    assert _prepare(base, CELL, CONFIG, None).ok
+    assert prepare_group([CELL], CONFIG, {BASE: base}, None)[0].sides[BASE].ok
     key = CELL.label
     first = base.count(key, 1)  # right after imports and the build: the fit's steps only
     base.warm(key)

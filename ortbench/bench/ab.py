@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -210,19 +211,42 @@ class CellSpec:
         return json.loads(json.dumps(asdict(self)))
 
 
-def _prepare(side: Side, cell: Cell, config: BenchConfig, user: UserFiles | None) -> SideResult:
-    """Build, fit once and score the cell on one side, on the data ``bench`` sizes for it."""
-    problem = _problem(cell, config)
-    row = _row(cell, config, problem)
-    rows = len(problem.data.X_train)
-    if rows < MIN_BATCHES * cell.batch_size:
-        reason = f"batch size {cell.batch_size} is more than an eighth of {rows} training rows"
-        return SideResult({**row, "status": f"unavailable: {reason}"})
-    spec = CellSpec.of(cell, config, user).to_json()
-    reply = side.request("prepare", key=cell.label, cell=spec, epochs=config.epochs)
-    if "error" in reply:
-        return SideResult({**row, "status": f"failed: {reply['error']}"})
-    return SideResult({**row, **reply})
+def prepare_group(
+    group: list[Cell], config: BenchConfig, sides: dict[str, Side], user: UserFiles | None
+) -> list[PairedCell]:
+    """Build, fit once and score every cell of ``group`` on each side, on the data ``bench``
+    sizes for it. The sides prepare at once, each from a thread of its own (a worker
+    answers one request at a time): building and first fits take seconds, and nothing is
+    timed meanwhile."""
+    rows, specs = [], []
+    for cell in group:
+        problem = _problem(cell, config)
+        row = _row(cell, config, problem)
+        train = len(problem.data.X_train)
+        if train < MIN_BATCHES * cell.batch_size:
+            reason = f"batch size {cell.batch_size} is more than an eighth of {train} training rows"
+            row["status"] = f"unavailable: {reason}"
+        rows.append(row)
+        specs.append(CellSpec.of(cell, config, user).to_json())
+
+    def prepare(side: Side) -> list[SideResult]:
+        results = []
+        for cell, row, spec in zip(group, rows, specs):
+            if row["status"] != "ok":
+                results.append(SideResult(dict(row)))
+                continue
+            reply = side.request("prepare", key=cell.label, cell=spec, epochs=config.epochs)
+            if "error" in reply:
+                reply = {"status": f"failed: {reply['error']}"}
+            results.append(SideResult({**row, **reply}))
+        return results
+
+    with ThreadPoolExecutor(max_workers=len(sides)) as pool:
+        prepared = {name: pool.submit(prepare, side) for name, side in sides.items()}
+    return [
+        PairedCell(cell, {name: future.result()[k] for name, future in prepared.items()})
+        for k, cell in enumerate(group)
+    ]
 
 
 #: Rounds added at a time to the cells still undecided (two blocks of A B B A).
@@ -283,10 +307,7 @@ def run_pair_group(
         One per cell of the group, in order; each side's samples in the order they ran,
         with their places in the cell's order of samples (both sides counted).
     """
-    results = [
-        PairedCell(cell, {name: _prepare(side, cell, config, user) for name, side in sides.items()})
-        for cell in group
-    ]
+    results = prepare_group(group, config, sides, user)
 
     def fit(key: tuple[int, str], epochs: int) -> tuple[float, bool] | None:
         k, name = key
@@ -386,12 +407,21 @@ def started(
     worker: Callable[[str, Checkout, Path], Worker] = Worker,
 ) -> Iterator[dict[str, Worker]]:
     """One worker per side, made by ``worker``, logging into ``folder`` (where
-    ``ab.json`` records the sides); the workers end with the block."""
+    ``ab.json`` records the sides); the workers end with the block. They start together,
+    each from its own thread: a side's imports take seconds, on a core of their own."""
     write_sides(folder, sides)
     workers: dict[str, Worker] = {}
     try:
-        for name, side in sides.items():
-            workers[name] = worker(name, side, folder / f"worker-{name}.log")
+        with ThreadPoolExecutor(max_workers=len(sides)) as pool:
+            starting = {
+                name: pool.submit(worker, name, side, folder / f"worker-{name}.log")
+                for name, side in sides.items()
+            }
+        for name, future in starting.items():
+            if future.exception() is None:
+                workers[name] = future.result()
+        for future in starting.values():
+            future.result()  # the first side that failed to start says why
         yield workers
     finally:
         for worker in workers.values():

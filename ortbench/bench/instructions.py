@@ -38,7 +38,7 @@ import numpy as np
 from ..errors import OrtBenchError
 from ..schema import BASE, PER_FIT, PER_STEP, SPREAD
 from ..schema import INSTRUCTION_SAMPLES as SAMPLES
-from .ab import THREADS, PairedCell, SideResult, Worker, _prepare
+from .ab import THREADS, SideResult, Worker, prepare_group
 from .checkouts import Checkout
 from .matrix import BenchConfig, Cell
 from .timing import SHORT_EPOCHS
@@ -237,10 +237,7 @@ def run_count_group(
     list of PairedCell
         One per cell of the group, in order.
     """
-    results = [
-        PairedCell(cell, {name: _prepare(side, cell, config, user) for name, side in sides.items()})
-        for cell in group
-    ]
+    results = prepare_group(group, config, sides, user)
     long_epochs = SHORT_EPOCHS + config.epochs
     for paired in results:
         for name, result in paired.sides.items():

@@ -64,7 +64,9 @@ def long_fit_epochs(time_fits: Callable[[int], dict], epochs: int) -> int:
     growing in proportion to what they lacked until the measured difference reaches the
     target (at most :data:`MAX_SIZING_FITS` of them). The difference is measured, not
     predicted from the short fit: a short fit's duration includes what a fit pays once, so
-    dividing it by its epochs overestimates an epoch.
+    dividing it by its epochs overestimates an epoch. Before each growth the short fit is
+    timed again and the quicker of its times kept: a one-off stall in it would otherwise
+    shrink the difference and grow every later fit of the cell.
 
     Parameters
     ----------
@@ -79,14 +81,23 @@ def long_fit_epochs(time_fits: Callable[[int], dict], epochs: int) -> int:
     int
         The long fit's epochs: ``SHORT_EPOCHS`` plus ``epochs`` or more.
     """
+
+    def least_gain() -> float | None:
+        gains = [longs[name] - shorts[name] for name in longs if name in shorts]
+        return min(gains) if gains else None
+
     extra = epochs
     shorts = time_fits(SHORT_EPOCHS)
     for _ in range(MAX_SIZING_FITS):
         longs = time_fits(SHORT_EPOCHS + extra)
-        gains = [longs[name] - shorts[name] for name in longs if name in shorts]
-        if not gains or min(gains) >= MIN_EXTRA_SECONDS:
+        gained = least_gain()
+        if gained is None or gained >= MIN_EXTRA_SECONDS:
             break
-        gained = min(gains)
+        again = time_fits(SHORT_EPOCHS)
+        shorts = {name: min(seconds, again.get(name, seconds)) for name, seconds in shorts.items()}
+        gained = least_gain()
+        if gained is None or gained >= MIN_EXTRA_SECONDS:
+            break
         # a margin, so that the noise of the next measurement rarely asks for a third
         extra = (
             4 * extra
@@ -196,16 +207,17 @@ def wait_until_quiet() -> float:
     no other thread is runnable (where the kernel tells; else until the process's CPU
     time grows by under a tenth of a window) keeps every contender's threads off every
     other contender's fits. A spinning thread that a loaded machine keeps off the cores
-    is still runnable, so the wait does not end early there.
+    is still runnable, so the wait does not end early there; where nothing else runs, no
+    window is slept.
     """
     start = time.perf_counter()
     while time.perf_counter() - start < QUIET_LIMIT:
+        running = _others_running()
+        if running is False:
+            break
         cpu = time.process_time()
         time.sleep(QUIET_WINDOW)
-        running = _others_running()
-        if running is None:
-            running = time.process_time() - cpu >= QUIET_WINDOW / 10
-        if not running:
+        if running is None and time.process_time() - cpu < QUIET_WINDOW / 10:
             break
     return time.perf_counter() - start
 
