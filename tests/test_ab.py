@@ -21,6 +21,7 @@ from ortbench.bench.ab import (
     AB_WARN,
     EXTRA_ROUNDS,
     Sequential,
+    TimeBudget,
     Worker,
     alternation,
     run_ab,
@@ -233,6 +234,45 @@ def test_the_budget_need_not_be_a_whole_number_of_further_looks(tmp_path):
     run_ab(CONFIG, sides, ResultsWriter(tmp_path, keys=[*KEYS, SIDE]), "run", run_group=run_group)
     counts = {len(r["seconds_per_step_samples"]) for r in read_records(tmp_path)}
     assert counts == {AB_REPEAT + EXTRA_ROUNDS + 2}
+
+
+class Clocked(Wobbly):
+    """A :class:`Wobbly` side whose every timed fit moves ``clock`` one second on."""
+
+    def __init__(self, name: str, log: list, factor: float, spread: float, clock: list):
+        super().__init__(name, log, factor, spread)
+        self.clock = clock
+
+    def request(self, command: str, **fields) -> dict:
+        if command == "time":
+            self.clock[0] += 1.0
+        return super().request(command, **fields)
+
+
+@pytest.mark.parametrize("seconds", [250.0, 300.0, 1e9])
+def test_the_time_budget_ends_the_extra_rounds(tmp_path, seconds):
+    """Cells around the threshold would run to 3 times --repeat rounds; a time budget stops
+    the extra rounds before the look that would end past it, at the pace of the first
+    rounds (here 4 s a round and cell: its 4 fits, the clock's one second each)."""
+    clock, log = [0.0], []
+    sides = {BASE: Clocked(BASE, log, 1.0, 1.0, clock), HEAD: Clocked(HEAD, log, 1.10, 1.04, clock)}
+    budget = TimeBudget(seconds, cells=2, clock=lambda: clock[0])
+    sequential = Sequential(0.10, 3 * AB_REPEAT, budget=budget)
+    run_group = functools.partial(run_pair_group, sequential=sequential)
+    run_ab(CONFIG, sides, ResultsWriter(tmp_path, keys=[*KEYS, SIDE]), "run", run_group=run_group)
+    (rounds,) = {len(r["seconds_per_step_samples"]) for r in read_records(tmp_path)}
+    if seconds == 1e9:
+        assert (rounds, budget.stopped) == (3 * AB_REPEAT, 0)
+    else:
+        assert AB_REPEAT <= rounds < 3 * AB_REPEAT and budget.stopped == 2
+        # the extra rounds ended in time, and one more look would have ended past it
+        assert clock[0] <= seconds < clock[0] + 4 * EXTRA_ROUNDS * 2
+
+
+def test_each_group_gets_its_share_of_the_time_budget():
+    """Shares in proportion to the cells, each with what the groups before it left."""
+    budget = TimeBudget(120.0, cells=6, clock=lambda: 10.0)
+    assert [budget.deadline(n) for n in (1, 2, 3)] == [30.0, 70.0, 130.0]
 
 
 def test_the_median_interval_and_when_a_verdict_is_open():

@@ -114,3 +114,20 @@ def test_an_option_ab_cannot_honour_is_one_line(tmp_path, capsys, option):
     err = capsys.readouterr().err
     assert f"{option[0]} is for bench only" in err and len(err.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_the_time_budget_stops_the_extra_rounds_and_the_report_says_so(tmp_path):
+    """A threshold no A/A run can settle wants every extra round; a budget spent before
+    the first rounds end leaves the cell at --repeat rounds, and ``ab.md`` says why.
+    Without the budget, the same run times further rounds."""
+    counts = {}
+    for budget in ("0.01", "1000"):
+        out = tmp_path / budget
+        argv = ["ab", str(ROOT), str(ROOT), *QUICK, "--threshold", "1e-6", "--warn", "5e-7"]
+        argv += ["--max-repeat", "18", "--time-budget", budget, "--out", str(out)]
+        main([*argv, "--cache", str(tmp_path / "cache")])
+        (folder,) = out.iterdir()
+        counts[budget] = {len(r["seconds_per_step_samples"]) for r in read_records(folder)}
+        report = (folder / "ab.md").read_text(encoding="utf-8")
+        assert ("--time-budget) ended the extra rounds of" in report) == (budget < "1")
+    assert counts == {"0.01": {14}, "1000": {18}}

@@ -3,6 +3,7 @@ is installed, and what runs with plain onnxruntime (the ``cpu`` and ``gpu`` extr
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -119,3 +120,29 @@ def test_a_listed_cuda_provider_that_does_not_load_is_not_available(monkeypatch)
     finally:
         build.cuda_loads.cache_clear()
     devices.check_device("cpu", "portable")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="checks an environment with torch"
+)
+def test_the_engine_trains_without_importing_torch():
+    """With torch installed, importing ortbench and training (onnxruntime-training's
+    artifacts for the full mode included) imports neither torch nor sympy, which the
+    runtime's build check and two package ``__init__`` files would import."""
+    code = """
+import sys
+import numpy as np
+from skl2onnx import to_onnx
+from sklearn.neural_network import MLPRegressor
+from ortbench.training import FullTrainer
+X = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+y = X.sum(axis=1)
+mlp = MLPRegressor(hidden_layer_sizes=(4,), max_iter=1).fit(X, y)
+FullTrainer(to_onnx(mlp, X[:1]), max_iter=2).fit(X, y)
+print(sorted(m for m in ("torch", "sympy") if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"

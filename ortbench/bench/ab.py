@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import os
 import subprocess
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -256,16 +258,44 @@ EXTRA_ROUNDS = 4
 MAX_REPEAT_FACTOR = 3
 
 
+@dataclass
+class TimeBudget:
+    """The seconds from ``start`` after which no extra rounds start (``--time-budget``).
+
+    Each group of cells may spend its share of them, in proportion to its cells, with
+    what the groups before it left: its extra rounds end by :meth:`deadline`. ``stopped``
+    counts the cells whose verdict was still open when their group's share ran out;
+    ``clock`` is what tells the time.
+    """
+
+    seconds: float
+    cells: int
+    clock: Callable[[], float] = time.perf_counter
+    begun: int = 0
+    stopped: int = 0
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()
+
+    def deadline(self, cells: int) -> float:
+        """When the extra rounds of the next group, of ``cells`` cells, must end."""
+        self.begun += cells
+        return self.start + self.seconds * min(self.begun / max(self.cells, 1), 1.0)
+
+
 @dataclass(frozen=True)
 class Sequential:
     """Sequential sampling: after ``--repeat`` rounds, the cells whose verdict is still
     open (:func:`~ortbench.report.paired.undecided` at ``threshold``, for a run of
     ``cells`` cells) are timed :data:`EXTRA_ROUNDS` rounds more, again and again, up to
-    ``max_rounds`` in all."""
+    ``max_rounds`` in all, and while ``budget`` has time for them: a group starts further
+    rounds only when, at the pace of its first ``--repeat`` rounds, they end by its
+    :meth:`TimeBudget.deadline`."""
 
     threshold: float
     max_rounds: int
     cells: int = 1
+    budget: TimeBudget | None = None
 
     def more(self, paired: PairedCell) -> bool:
         """Whether ``paired`` needs more rounds: both sides timed, its verdict open."""
@@ -346,13 +376,21 @@ def run_pair_group(
                 result.overheads.append(per_fit)
                 result.fits.append(long / (epochs * steps))
 
+    budget = sequential.budget if sequential is not None else None
+    clock = budget.clock if budget is not None else time.perf_counter
+    deadline = budget.deadline(len(results)) if budget is not None else math.inf
+    begun = clock()
     time_rounds(0, config.repeat, list(range(len(results))))
+    per_round = (clock() - begun) / (config.repeat * len(results))
     done = config.repeat
     while sequential is not None and done < sequential.max_rounds:
         keys = [k for k, paired in enumerate(results) if sequential.more(paired)]
         if not keys:
             break
         count = min(EXTRA_ROUNDS, sequential.max_rounds - done)
+        if budget is not None and clock() + per_round * count * len(keys) > deadline:
+            budget.stopped += len(keys)
+            break
         time_rounds(done, count, keys)
         done += count
     for k, paired in enumerate(results):

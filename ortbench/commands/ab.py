@@ -20,6 +20,7 @@ from ..bench.ab import (
     PairedCell,
     Sequential,
     SideResult,
+    TimeBudget,
     Worker,
     run_ab,
     run_pair_group,
@@ -47,6 +48,10 @@ AB_REFUSES = {
     "keep_going": "ab's exit status is its verdict",
     "baseline": "ab compares each contender with itself on the other side",
 }
+
+#: ``--time-budget`` of ``--quick``: with the imports, the workers' start and the report,
+#: a quick run ends within three minutes on a 2-core machine (``docs/benchmarks.md``).
+QUICK_TIME_BUDGET = 150.0
 
 
 def rounds(args: argparse.Namespace) -> int:
@@ -108,11 +113,7 @@ def run(args: argparse.Namespace) -> int:
         raise OrtBenchError(
             f"--max-repeat must be at least the {config.repeat} rounds of --repeat, got {most}"
         )
-    # the p-values are adjusted over the whole matrix, every shard's cells together
-    sequential = Sequential(args.threshold, most, len(cells(config)))
-    run_group = (
-        run_count_group if counting else functools.partial(run_pair_group, sequential=sequential)
-    )
+    seconds = args.time_budget or (QUICK_TIME_BUDGET if args.quick else None)
 
     def log(line: str) -> None:
         print(f"ortbench ab: {line}", file=sys.stderr)
@@ -138,6 +139,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     progress = _progress(time.perf_counter())
     labels = tuple(side_label(vars(s)) for s in sides.values())
+    run_cells = len(cells(config)) if todo is None else len(todo)
+    budget = TimeBudget(seconds, run_cells) if seconds and not counting else None
+    # the p-values are adjusted over the whole matrix, every shard's cells together
+    sequential = Sequential(args.threshold, most, len(cells(config)), budget)
+    run_group = (
+        run_count_group if counting else functools.partial(run_pair_group, sequential=sequential)
+    )
     try:
         with started(folder, sides, worker) as workers:
             writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
@@ -149,7 +157,14 @@ def run(args: argparse.Namespace) -> int:
             (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return verdict(folder, labels, thresholds, log)
+    note = ""
+    if budget is not None and budget.stopped:
+        note = (
+            f"The time budget ({budget.seconds:g} s, --time-budget) ended the extra rounds of "
+            f"{budget.stopped} cell(s) whose verdict was still open: their verdicts rest on "
+            "the blocks timed by then."
+        )
+    return verdict(folder, labels, thresholds, log, note)
 
 
 def verdict(
@@ -190,6 +205,14 @@ def add(commands: argparse._SubParsersAction, bench: argparse.ArgumentParser) ->
         "--repeat",
         type=count,
         help=f"rounds per cell and side (default {AB_REPEAT}; {ROUNDS} when counting instructions)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=positive,
+        metavar="SECONDS",
+        help="start no extra rounds (see --max-repeat) that would end later than this many "
+        "seconds from the start of the workers; each group of cells gets a share in proportion to "
+        f"its cells (default {QUICK_TIME_BUDGET:g} with --quick, else no limit)",
     )
     parser.add_argument(
         "--max-repeat",

@@ -6,9 +6,8 @@ touches onnxruntime's internals.
 
 onnxruntime-training 1.19.2 imports torch from ``onnxruntime/training/__init__.py``
 (microsoft/onnxruntime#22070), although the pieces the engine uses (``artifacts``,
-``onnxblock``, ``api``) never need it. When torch is absent, :func:`training_module`
-registers an empty package object for ``onnxruntime.training`` whose ``__path__`` points
-at the real folder, so its submodules import without running that ``__init__``.
+``onnxblock``, ``api``) never need it: :func:`training_module` imports them through the
+package objects of :mod:`ortbench.onnxruntime_import`.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ import onnx
 import onnxruntime
 from onnx import TensorProto, helper
 
+from ...onnxruntime_import import register_shells
 from ..errors import OrtBenchError
 from . import capi
 
@@ -37,15 +37,9 @@ MAX_IR_VERSION = 10
 @cache
 def training_module(name: str) -> types.ModuleType:
     """Import ``onnxruntime.training.<name>`` with or without torch installed."""
-    full = f"onnxruntime.training.{name}"
-    if importlib.util.find_spec("torch") is None and "onnxruntime.training" not in sys.modules:
-        spec = importlib.util.find_spec("onnxruntime.training")
-        if spec is None or spec.submodule_search_locations is None:
-            raise OrtBenchError(runtime_problem() or "onnxruntime.training is not installed")
-        shell = types.ModuleType("onnxruntime.training")
-        shell.__path__ = list(spec.submodule_search_locations)
-        sys.modules["onnxruntime.training"] = shell
-    return importlib.import_module(full)
+    if not register_shells() or "onnxruntime.training" not in sys.modules:
+        raise OrtBenchError(runtime_problem() or "onnxruntime.training is not installed")
+    return importlib.import_module(f"onnxruntime.training.{name}")
 
 
 #: The only onnxruntime-training release the engine is built and tested on (the last one).
