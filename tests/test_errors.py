@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from onnx import helper
 
@@ -133,6 +134,9 @@ def test_device_not_available(trainer, regression, mlp_onnx, device, match):
         trainer(mlp_onnx, device=device).fit(X, y)
 
 
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in onnxruntime.get_available_providers(), reason="a GPU build"
+)
 def test_cuda_message_names_what_the_portable_backend_needs(trainer, regression, mlp_onnx):
     X, y = regression
     with raises_one_line("the portable backend runs on CUDA with onnxruntime-gpu"):

@@ -124,7 +124,9 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
         (folder / PROFILE_JSON).write_text(json.dumps(info, indent=1), encoding="utf-8")
         (folder / "profile.md").write_text("\n".join(notes) + "\n", encoding="utf-8")
 
-    log(f"[2/{stages}] cProfile over the build, then over {epochs} steady epochs")
+    log(
+        f"[2/{stages}] cProfile over the build, then over {epochs} steady epoch{'s' * (epochs != 1)}"
+    )
     cell = contender()
     build = CallTree.from_stats(profile_call(lambda: cell.fit(WARMUP_EPOCHS)), request.min_fraction)
     stats = profile_call(lambda: cell.continue_fit(epochs))

@@ -82,7 +82,8 @@ def test_type_and_opset_lookups():
     with pytest.raises(ValueError):
         dtype_to_var_type(np.int8)
     assert device_to_providers("cpu") == ["CPUExecutionProvider"]
-    assert device_to_providers("cuda:1")[0] == ("CUDAExecutionProvider", {"device_id": 1})
+    name, options = device_to_providers("cuda:1")[0]
+    assert (name, options["device_id"]) == ("CUDAExecutionProvider", 1)
 
 
 def test_train_initializers_and_opset(seed_linear):

@@ -3,6 +3,7 @@ build, and their execution providers and C-level device objects."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnxruntime
 
 from ..errors import OrtBenchError
@@ -51,17 +52,52 @@ def ort_device(device: str) -> capi.OrtDevice:
 
 
 def providers(device: str) -> list:
-    """Execution providers for a device string, CPU last as the fallback."""
+    """Execution providers for a device string, CPU last as the fallback.
+
+    CUDA multiplies float32 matrices in float32 (``use_tf32`` off, as torch does by
+    default): a CUDA run follows the CPU run's trajectory to float32 rounding.
+    """
     kind, index = parse_device(device)
     if kind == "cuda":
-        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+        options = {"device_id": index, "use_tf32": 0}
+        return [("CUDAExecutionProvider", options), "CPUExecutionProvider"]
     return ["CPUExecutionProvider"]
 
 
 def cpu_scalar(array) -> capi.OrtValue:
     """An OrtValue viewing a small numpy array (a scalar, a few coefficients) in host memory.
 
-    Learning rates, losses and penalties live there on every device: the trainer reads
-    or writes them through numpy, and onnxruntime copies a scalar across on CUDA.
+    Bound as an output, on any device, it holds what the last run wrote (onnxruntime
+    copies a device's output into it). Bound as an input, it is read by every run on CPU
+    only: see :class:`ScalarInput`.
     """
     return capi.OrtValue.ortvalue_from_numpy(array, ort_device("cpu"))
+
+
+class ScalarInput:
+    """A float32 scalar the trainer sets between runs and a session reads as an input.
+
+    On CPU, the bound OrtValue views :attr:`array`: the next run reads what was written
+    there. On CUDA, onnxruntime copies a host input to the device when it is bound, not
+    at each run, so the bound OrtValue lives on the device and :meth:`set` copies each new
+    value into it (once per learning-rate change, never per step).
+
+    Parameters
+    ----------
+    device : OrtDevice
+        The device of the sessions that read it.
+    """
+
+    def __init__(self, device: capi.OrtDevice):
+        self.array = np.zeros((), dtype=np.float32)
+        self._on_device = device.device_type() != capi.OrtDevice.cpu()
+        self.value = capi.OrtValue.ortvalue_from_numpy(self.array, device)
+
+    def set(self, number: float) -> None:
+        """Make the next runs read ``number``."""
+        self.array[()] = number
+        if self._on_device:
+            self.value.update_inplace(self.array)
+
+    def __float__(self) -> float:
+        return float(self.array)

@@ -197,7 +197,7 @@ class EpochLoopSteps(OneGraphSteps):
         binding = capi.Binding(self._session)
         for name, value in zip(self._data_inputs, self._feeds(epoch)):
             binding.bind_input(f"{name}_epoch", value)
-        binding.bind_input("step_scale", cpu_scalar(self._step_scale))
+        binding.bind_input("step_scale", self._step_scale.value)
         for name, before, after in zip(self.weights, buffers.weights[src], buffers.weights[dst]):
             binding.bind_input(f"{name}_before", before)  # views of the flat buffers
             binding.bind_output(f"{name}_after", after)

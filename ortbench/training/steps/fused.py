@@ -24,7 +24,7 @@ from ..graphs.loading import fit_runtime
 from ..graphs.weights import get_initializers, weights_as_inputs
 from ..learning_rates import BaseLearningRate, LearningRateAdamW
 from ..runtime import capi
-from ..runtime.devices import cpu_scalar
+from ..runtime.devices import ScalarInput, cpu_scalar
 from ..runtime.sessions import SessionMaker
 from .batches import Batch, BatchLoader
 from .buffers import DoubleBufferedSteps, WeightBuffers, flat_width
@@ -135,13 +135,12 @@ class OneGraphSteps(DoubleBufferedSteps):
         self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
         initial = get_initializers(with_loss, weights)
         self._buffers = WeightBuffers(initial, rate.n_states, sessions.ort_device, set())
-        self._step_scale = np.zeros((), dtype=np.float32)
+        self._step_scale = ScalarInput(sessions.ort_device)
         self._parity = 0
 
     def set_learning_rate(self, value: float) -> None:
         """Make the next steps use the learning rate ``value``."""
-        # bound once: every run reads this memory
-        self._step_scale[()] = self._rate.step_factor(value)
+        self._step_scale.set(self._rate.step_factor(value))  # bound once, read by every run
 
 
 class FusedSteps(OneGraphSteps):
@@ -177,7 +176,7 @@ class FusedSteps(OneGraphSteps):
         binding = capi.Binding(self._session)
         for name, value in zip(self._data_inputs, self._feeds(batch)):
             binding.bind_input(name, value)
-        binding.bind_input("step_scale", cpu_scalar(self._step_scale))
+        binding.bind_input("step_scale", self._step_scale.value)
         for name, value in zip(self.weights, buffers.weights[src]):
             binding.bind_input(name, value)  # views of the groups below on CPU
         for i, (group, names) in enumerate(buffers.groups.items()):

@@ -28,7 +28,7 @@ from ..learning_rates import BaseLearningRate
 from ..losses import BaseLearningLoss
 from ..penalties import BaseLearningPenalty
 from ..runtime import capi
-from ..runtime.devices import cpu_scalar
+from ..runtime.devices import ScalarInput, cpu_scalar
 from ..runtime.sessions import SessionMaker
 from .batches import Batch, BatchLoader
 from .buffers import DoubleBufferedSteps, WeightBuffers
@@ -95,7 +95,7 @@ class LossUpdateSteps(DoubleBufferedSteps):
         )
         self.graphs = {**graphs, "loss": loss_model, "update": update_model}
         self._rate = rate
-        self._step_scale = np.zeros((), dtype=np.float32)
+        self._step_scale = ScalarInput(sessions.ort_device)
         self._loss_out = np.zeros((), dtype=np.float32)
         self._penalty_out = np.zeros((), dtype=np.float32)
         if stacked:
@@ -127,7 +127,7 @@ class LossUpdateSteps(DoubleBufferedSteps):
         buffers, dst = self._buffers, 1 - src
         binding = capi.Binding(session)
         if any(i.name == "step_scale" for i in model.graph.input):
-            binding.bind_input("step_scale", cpu_scalar(self._step_scale))
+            binding.bind_input("step_scale", self._step_scale.value)
         for i, name in enumerate(buffers.group_shapes):
             binding.bind_input(name, buffers.group_weights[src][i])
             binding.bind_input(f"{name}_step", buffers.group_grads[i])
@@ -142,7 +142,7 @@ class LossUpdateSteps(DoubleBufferedSteps):
     def set_learning_rate(self, value: float) -> None:
         """Make the next steps use the learning rate ``value``."""
         factor = self._rate.step_factor(value)
-        self._step_scale[()] = factor  # bound once: the update reads this memory
+        self._step_scale.set(factor)  # bound once, read by every update
         if self._loader is not None:
             self._loader.set_gradient_factor(factor)
 
