@@ -41,7 +41,10 @@ def register_shells() -> bool:
     bool
         Whether onnxruntime is installed (found without being imported).
     """
-    spec = importlib.util.find_spec("onnxruntime")
+    try:
+        spec = importlib.util.find_spec("onnxruntime")
+    except (ImportError, ValueError):  # a finder that refuses it: not installed
+        return False
     if spec is None or not spec.submodule_search_locations:
         return False
     root = Path(spec.submodule_search_locations[0])
