@@ -16,7 +16,7 @@ import math
 import os
 import subprocess
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -310,6 +310,12 @@ class Sequential:
         return undecided(block_ratios(*zip(*fits)), self.threshold, level)
 
 
+def timed_together(cell: Cell) -> tuple[str, str, str, int]:
+    """What the cells that :func:`run_pair_group` times in one group share: problem, data
+    set, device and batch size (they differ by contender only)."""
+    return cell.problem, cell.dataset, cell.device, cell.batch_size
+
+
 def run_pair_group(
     group: list[Cell],
     config: BenchConfig,
@@ -475,6 +481,7 @@ def run_ab(
     only: Collection[Cell] | None = None,
     user: UserFiles | None = None,
     run_group: Callable[..., list] = run_pair_group,
+    group_by: Callable[[Cell], Hashable] = timed_together,
 ) -> int:
     """Run every cell of the matrix on both sides, group by group (see
     :func:`run_pair_group`), and append both sides' rows as each group finishes.
@@ -499,6 +506,9 @@ def run_ab(
     run_group : callable, optional
         What runs a group of cells on both sides: the timed fits (:func:`run_pair_group`),
         or the counted ones (:func:`.instructions.run_count_group`).
+    group_by : callable, optional
+        What the cells of a group share: consecutive cells of the matrix with the same key
+        go to ``run_group`` together (:func:`timed_together`, or each cell alone).
 
     Returns
     -------
@@ -517,9 +527,7 @@ def run_ab(
     todo = [cell for cell in cells(config.check()) if only is None or cell in only]
     done = 0
     with interruptible() as signals:
-        for _, group in itertools.groupby(
-            todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
-        ):
+        for _, group in itertools.groupby(todo, key=group_by):
             results = run_group(list(group), config, sides, user)
             with signals.deferred():  # a group's rows are written whole
                 for paired in results:

@@ -17,8 +17,10 @@ What moves the counts is pinned: ``PYTHONHASHSEED=0``; the garbage collector's c
 zeroed before each counted fit (by a collection); the worker is bound to one CPU, so
 onnxruntime sizes its intra-op pool to the one thread that calls it (no pool thread spins
 between kernels, and spinning would be counted), and BLAS/OpenMP pools get one thread;
-glibc's allocator gets one arena and fixed mmap and trim thresholds, not thresholds that
-move with the sizes freed so far.
+glibc's allocator gets one arena, fixed mmap and trim thresholds, not thresholds that
+move with the sizes freed so far, and per-thread caches of freed small blocks without a
+limit, so that a small block freed and allocated again in each step takes the cache's short
+path whatever the heap's history.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import OrtBenchError
-from ..schema import BASE, PER_FIT, PER_STEP, SPREAD
+from ..schema import BASE, PER_FIT, PER_STEP, SIDES, SPREAD
 from ..schema import INSTRUCTION_SAMPLES as SAMPLES
 from .ab import THREADS, SideResult, Worker, prepare_group
 from .checkouts import Checkout
@@ -59,15 +62,15 @@ PINNED = {
     **THREADS,
     "PYTHONHASHSEED": "0",
     "GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=131072"
-    ":glibc.malloc.trim_threshold=131072",
+    ":glibc.malloc.trim_threshold=131072:glibc.malloc.tcache_count=65535",
 }
 #: Counting rounds per cell and side unless ``--repeat`` says otherwise: the counts differ
 #: between rounds by far less than a change worth a verdict, so a few show the spread.
 ROUNDS = 3
-#: Fits counted and dropped before the counted ones: Python specialises a function's
-#: bytecode after it has run a few times, so what a fit pays once keeps falling over its
-#: first fits (``docs/benchmarks.md``).
-WARM_FITS = 10
+#: Fits counted and dropped before the counted ones, after the first fit: Python
+#: specialises a function's bytecode after it has run a few times, so the first rounds'
+#: counts per step are off; from the fourth fit on they hold (``docs/benchmarks.md``).
+WARM_FITS = 3
 
 
 def client_library(cache: Path) -> Path:
@@ -119,9 +122,11 @@ def client_library(cache: Path) -> Path:
     return library
 
 
-def _one_cpu() -> None:
-    """Bind the process about to start to one of the CPUs it may use."""
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+def _one_cpu(index: int) -> None:
+    """Bind the process about to start to one CPU: the ``index``-th of those it may use,
+    counted round, so that the two sides' workers get a CPU each where there are two."""
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[index % len(allowed)]})
 
 
 def totals(dump: Path) -> tuple[str, int]:
@@ -164,7 +169,12 @@ class CountingWorker(Worker):
             f"--callgrind-out-file={self.dumps}",
         ]
         super().__init__(
-            name, side, log, launcher=launcher, environment=PINNED, preexec_fn=_one_cpu
+            name,
+            side,
+            log,
+            launcher=launcher,
+            environment=PINNED,
+            preexec_fn=functools.partial(_one_cpu, SIDES.index(name)),
         )
 
     @property
@@ -217,6 +227,13 @@ def per_step(short: int, long: int, short_steps: int, long_steps: int) -> tuple[
     return step, short - step * short_steps
 
 
+def counted_alone(cell: Cell) -> Cell:
+    """The group of a counted cell in ``run_ab``: itself. Counts do not move with the
+    machine, so nothing is gained by preparing cells together, and each cell's rows are
+    written, and shown, as it ends."""
+    return cell
+
+
 def run_count_group(
     group: list[Cell],
     config: BenchConfig,
@@ -225,12 +242,12 @@ def run_count_group(
 ) -> list:
     """Count the instructions per step of cells on both sides.
 
-    Every cell is prepared (built, fitted once, scored) on both sides and warmed
-    (:meth:`CountingWorker.warm`). Then each of ``config.repeat`` rounds counts a short
-    fit (``SHORT_EPOCHS`` epochs) and a long one (``config.epochs`` more) of every cell on
-    each side; the slope between them is the round's count per step. The rows get the median count per step,
-    the rounds' counts and their spread (see :data:`PER_STEP`); a fit that breaks marks
-    that side's cell failed.
+    Every cell is prepared (built, fitted once, scored) on both sides. Then each side, at
+    the same time as the other, warms each cell (:meth:`CountingWorker.warm`) and counts
+    ``config.repeat`` rounds of a short fit (``SHORT_EPOCHS`` epochs) and a long one
+    (``config.epochs`` more); the slope between them is the round's count per step. The
+    rows get the median count per step, the rounds' counts and their spread (see
+    :data:`PER_STEP`); a fit that breaks marks that side's cell failed.
 
     Returns
     -------
@@ -239,8 +256,12 @@ def run_count_group(
     """
     results = prepare_group(group, config, sides, user)
     long_epochs = SHORT_EPOCHS + config.epochs
-    for paired in results:
-        for name, result in paired.sides.items():
+
+    def count_side(name: str) -> None:
+        """Warm and count every cell of the group on one side, then finish them."""
+        worker = sides[name]
+        for paired in results:
+            result = paired.sides[name]
             if not result.ok:
                 continue
             label = paired.cell.label
@@ -248,10 +269,10 @@ def run_count_group(
             result.row["timing"] = f"instructions: slope of {SHORT_EPOCHS} and {long_epochs} epochs"
             steps_per_fit, fits = [], []
             try:
-                sides[name].warm(label)
+                worker.warm(label)
                 for _ in range(config.repeat):
-                    short = sides[name].count(label, SHORT_EPOCHS)
-                    long = sides[name].count(label, long_epochs)
+                    short = worker.count(label, SHORT_EPOCHS)
+                    long = worker.count(label, long_epochs)
                     step, fit = per_step(short, long, SHORT_EPOCHS * steps, long_epochs * steps)
                     steps_per_fit.append(step)
                     fits.append(fit)
@@ -265,12 +286,18 @@ def run_count_group(
                 SPREAD: (max(steps_per_fit) - min(steps_per_fit)) / median,
                 PER_FIT: float(np.median(fits)),
             }
-    for paired in results:
-        for name, result in paired.sides.items():
+        for paired in results:
+            result = paired.sides[name]
             if result.ok:
-                reply = sides[name].request("finish", key=paired.cell.label)
+                reply = worker.request("finish", key=paired.cell.label)
                 result.loss_curve = reply.pop("loss_curve", [])
                 result.row.update(reply)
+
+    # counts do not move with the machine's load: the sides count at once, each worker
+    # on a CPU of its own (see CountingWorker)
+    with ThreadPoolExecutor(max_workers=len(sides)) as pool:
+        for counted in [pool.submit(count_side, name) for name in sides]:
+            counted.result()
     return results
 
 

@@ -26,10 +26,11 @@ from ..bench.ab import (
     run_pair_group,
     side_label,
     started,
+    timed_together,
     write_sides,
 )
 from ..bench.checkouts import DEFAULT_CACHE, checkout
-from ..bench.instructions import ROUNDS, counting_worker, run_count_group
+from ..bench.instructions import ROUNDS, counted_alone, counting_worker, run_count_group
 from ..bench.matrix import cells, run_id_now
 from ..bench.store import KEYS, RESULTS_CSV, ResultsWriter, create_run_folder
 from ..bench.user_model import UserFiles
@@ -146,11 +147,12 @@ def run(args: argparse.Namespace) -> int:
     run_group = (
         run_count_group if counting else functools.partial(run_pair_group, sequential=sequential)
     )
+    group_by = counted_alone if counting else timed_together
     try:
         with started(folder, sides, worker) as workers:
             writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
             user = UserFiles.from_options(args)
-            run_ab(config, workers, writer, folder.name, progress, todo, user, run_group)
+            run_ab(config, workers, writer, folder.name, progress, todo, user, run_group, group_by)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
             comparison = ab_comparison(folder, labels, *thresholds)
