@@ -22,6 +22,8 @@ import pytest
 from ortbench.bench.ab import BASE, HEAD, prepare_group, run_ab
 from ortbench.bench.checkouts import Checkout
 from ortbench.bench.instructions import (
+    EPOCHS,
+    ROUNDS,
     CountingWorker,
     client_library,
     counted_alone,
@@ -29,9 +31,10 @@ from ortbench.bench.instructions import (
     totals,
 )
 from ortbench.bench.machine import machine, versions
-from ortbench.bench.matrix import BenchConfig, Cell
+from ortbench.bench.matrix import QUICK, BenchConfig, Cell
 from ortbench.bench.store import KEYS, RESULTS_JSONL, ResultsWriter, read_records
-from ortbench.cli import main
+from ortbench.cli import _parser, main
+from ortbench.commands.ab import ab_config
 from ortbench.profiling import pyspy
 from ortbench.profiling.callgrind import read_instructions
 from ortbench.profiling.driver import CALLGRIND_FILE
@@ -207,6 +210,24 @@ def test_the_sides_count_at_once_and_each_cell_is_written_as_it_ends(tmp_path):
     assert [r[PER_STEP] for r in records] == [100.0] * 8
     written = {key: rows for _, key, rows in calls}
     assert sorted(written.values()) == [0, 2, 4, 6]  # both sides' rows of each cell before
+
+
+@pytest.mark.parametrize(
+    ("options", "epochs", "repeat"),
+    [
+        ([], EPOCHS, ROUNDS),
+        (["--epochs", "4", "--repeat", "2"], 4, 2),
+    ],
+)
+def test_counting_defaults_to_its_own_epochs_and_rounds(options, epochs, repeat):
+    """Counting takes one epoch between the short and the long fit and 3 rounds, unless the
+    options say otherwise; timing keeps the matrix's epochs."""
+    argv = ["ab", "A", "B", "--quick", *options]
+    counted = ab_config(_parser().parse_args([*argv, "--measure", "instructions"]))
+    assert (counted.epochs, counted.repeat) == (epochs, repeat)
+    assert counted.contenders == QUICK.contenders
+    timed = ab_config(_parser().parse_args(["ab", "A", "B", "--quick", *options[:2]]))
+    assert timed.epochs == (epochs if options else QUICK.epochs)
 
 
 def _row(per_step: float, spread: float, status: str = "ok") -> dict:

@@ -67,6 +67,10 @@ PINNED = {
 #: Counting rounds per cell and side unless ``--repeat`` says otherwise: the counts differ
 #: between rounds by far less than a change worth a verdict, so a few show the spread.
 ROUNDS = 3
+#: Epochs of the first fit, and how many more the long counted fit runs than the short one,
+#: unless ``--epochs`` says otherwise: the counts of a fit repeat to a few in ten
+#: thousand, so the steps of one epoch between the two fits give the count per step.
+EPOCHS = 1
 #: Fits counted and dropped before the counted ones, after the first fit: Python
 #: specialises a function's bytecode after it has run a few times, so the first rounds'
 #: counts per step are off; from the fourth fit on they hold (``docs/benchmarks.md``).

@@ -30,8 +30,14 @@ from ..bench.ab import (
     write_sides,
 )
 from ..bench.checkouts import DEFAULT_CACHE, checkout
-from ..bench.instructions import ROUNDS, counted_alone, counting_worker, run_count_group
-from ..bench.matrix import cells, run_id_now
+from ..bench.instructions import (
+    EPOCHS,
+    ROUNDS,
+    counted_alone,
+    counting_worker,
+    run_count_group,
+)
+from ..bench.matrix import BenchConfig, cells, run_id_now
 from ..bench.store import KEYS, RESULTS_CSV, ResultsWriter, create_run_folder
 from ..bench.user_model import UserFiles
 from ..errors import OrtBenchError
@@ -77,6 +83,21 @@ def rounds(args: argparse.Namespace) -> int:
     return repeat
 
 
+def ab_config(args: argparse.Namespace) -> BenchConfig:
+    """The matrix of ``bench``'s options, with :func:`rounds` rounds and, when counting
+    instructions, ``EPOCHS`` epochs unless ``--epochs`` says otherwise.
+
+    Raises
+    ------
+    OrtBenchError
+        For a matrix that cannot run, or too few rounds.
+    """
+    config = replace(matrix_config(args), repeat=rounds(args))
+    if args.measure == "instructions" and args.epochs is None:
+        config = replace(config, epochs=EPOCHS)
+    return config
+
+
 def _measured(result: SideResult) -> str:
     """A side's figure in the progress line: its median time or count per step."""
     if result.samples:
@@ -107,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             raise OrtBenchError(f"--{name.replace('_', '-')} is for bench only: {reason}")
     counting = args.measure == "instructions"
     worker = counting_worker(Path(args.cache)) if counting else Worker
-    config = replace(matrix_config(args), repeat=rounds(args))
+    config = ab_config(args)
     todo = shard_todo(args, config)
     most = config.repeat if counting else args.max_repeat or MAX_REPEAT_FACTOR * config.repeat
     if most < config.repeat:
@@ -209,6 +230,12 @@ def add(commands: argparse._SubParsersAction, bench: argparse.ArgumentParser) ->
         help=f"rounds per cell and side (default {AB_REPEAT}; {ROUNDS} when counting instructions)",
     )
     parser.add_argument(
+        "--epochs",
+        type=count,
+        help="epochs of the first fit, and how many more the long fit runs than the short "
+        f"one (default {BenchConfig.epochs}; {EPOCHS} when counting instructions)",
+    )
+    parser.add_argument(
         "--time-budget",
         type=positive,
         metavar="SECONDS",
@@ -234,7 +261,8 @@ def add(commands: argparse._SubParsersAction, bench: argparse.ArgumentParser) ->
         choices=("time", "instructions"),
         default="time",
         help="time the fits, or count their instructions under valgrind's callgrind "
-        f"(needs valgrind and a C compiler; {ROUNDS} rounds unless --repeat)",
+        f"(needs valgrind and a C compiler; {ROUNDS} rounds unless --repeat, {EPOCHS} epoch "
+        "between the short and the long fit unless --epochs)",
     )
     parser.add_argument(
         "--instructions-threshold",
