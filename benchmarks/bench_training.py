@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ortbench.bench.instructions import client_library, count_here
+from ortbench.bench.instructions import EPOCHS, ROUNDS, client_library, count_here
 from ortbench.bench.matrix import BenchConfig, Cell
 from ortbench.bench.memory import memory_growth
 from ortbench.bench.networks import NETWORKS
@@ -145,16 +145,16 @@ INSTRUCTION_CELLS = [
 ]
 INSTRUCTION_PARAMS = [[cell.contender for cell in INSTRUCTION_CELLS]]
 INSTRUCTION_PARAM_NAMES = ["contender"]
-#: Epochs of the long counted fit beyond the short one, and rounds per cell.
-INSTRUCTION_CONFIG = BenchConfig(epochs=2, repeat=2)
+#: Epochs of the long counted fit beyond the short one, and rounds per cell: ab's.
+INSTRUCTION_CONFIG = BenchConfig(epochs=EPOCHS, repeat=ROUNDS)
 
 
 class Instructions:
     """Instructions per training step of a few cells, counted under valgrind's callgrind
-    as ``ab --measure instructions`` counts them (deterministic: the median of 2 rounds).
+    as ``ab --measure instructions`` counts them (deterministic: the median of its rounds).
 
     All cells are counted in one worker by ``setup_cache`` (about 40 s to start it under
-    valgrind, a minute or two per cell); without valgrind or a C compiler, or where a
+    valgrind, under a minute per cell); without valgrind or a C compiler, or where a
     cell cannot run, ``setup`` raises NotImplementedError with the reason.
     """
 
