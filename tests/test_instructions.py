@@ -12,9 +12,11 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -210,6 +212,54 @@ def test_the_sides_count_at_once_and_each_cell_is_written_as_it_ends(tmp_path):
     assert [r[PER_STEP] for r in records] == [100.0] * 8
     written = {key: rows for _, key, rows in calls}
     assert sorted(written.values()) == [0, 2, 4, 6]  # both sides' rows of each cell before
+
+
+class Stalling(CountingFake):
+    """A :class:`CountingFake` whose first count, once the other side has finished (and the
+    caller waits for this one), sends the process SIGINT as Ctrl-C does, then goes on
+    until ``release`` is set."""
+
+    def __init__(self, *args, other: threading.Event, release: threading.Event):
+        super().__init__(*args)
+        self.other, self.release, self.returned = other, release, False
+
+    def count(self, key: str, epochs: int) -> int:
+        if not self.release.is_set():
+            self.other.wait(timeout=20)
+            time.sleep(0.5)  # the caller, past starting the threads, waits for this count
+            os.kill(os.getpid(), signal.SIGINT)
+            self.release.wait(timeout=20)
+            self.returned = True
+        return 1_000
+
+
+class Finishing(CountingFake):
+    """A :class:`CountingFake` that sets ``done`` when its cell is finished."""
+
+    def __init__(self, *args, done: threading.Event):
+        super().__init__(*args)
+        self.done = done
+
+    def request(self, command: str, **fields) -> dict:
+        reply = super().request(command, **fields)
+        if command == "finish":
+            self.done.set()
+        return reply
+
+
+def test_ctrl_c_does_not_wait_for_the_counts_to_end(tmp_path):
+    """Ctrl-C during a count reaches the caller at once (which then closes the workers)."""
+    config = BenchConfig(contenders=("ort-fwbw",), problems=("mlp",), batch_sizes=(15,))
+    done, release, alone = threading.Event(), threading.Event(), threading.Barrier(1)
+    base = Stalling(BASE, alone, [], tmp_path, other=done, release=release)
+    sides = {BASE: base, HEAD: Finishing(HEAD, alone, [], tmp_path, done=done)}
+    writer = ResultsWriter(tmp_path, keys=[*KEYS, SIDE])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_ab(config, sides, writer, "run", run_group=run_count_group, group_by=counted_alone)
+        assert not base.returned
+    finally:
+        release.set()
 
 
 @pytest.mark.parametrize(

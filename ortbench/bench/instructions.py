@@ -298,10 +298,14 @@ def run_count_group(
                 result.row.update(reply)
 
     # counts do not move with the machine's load: the sides count at once, each worker
-    # on a CPU of its own (see CountingWorker)
-    with ThreadPoolExecutor(max_workers=len(sides)) as pool:
+    # on a CPU of its own (see CountingWorker). On Ctrl-C the caller does not wait for a
+    # count to end: it closes the workers, and the threads end with them.
+    pool = ThreadPoolExecutor(max_workers=len(sides))
+    try:
         for counted in [pool.submit(count_side, name) for name in sides]:
             counted.result()
+    finally:
+        pool.shutdown(wait=False)
     return results
 
 
