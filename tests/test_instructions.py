@@ -295,7 +295,10 @@ def _row(per_step: float, spread: float, status: str = "ok") -> dict:
     ],
 )
 def test_the_verdict_is_a_threshold_backed_by_the_spread(head, verdict):
-    assert instructions_verdict("cell", _row(100.0, 0.0005), head, THRESHOLD).verdict == verdict
+    judged = instructions_verdict("cell", _row(100.0, 0.0005), head, THRESHOLD)
+    assert judged.verdict == verdict
+    if head[SPREAD] >= THRESHOLD / 2:  # the note says what narrows the spread
+        assert judged.note.endswith("count longer fits, --epochs")
 
 
 def test_runs_that_timed_their_fits_get_no_instruction_verdict():

@@ -58,7 +58,7 @@ def instructions_verdict(params: str, base: dict, head: dict, threshold: float) 
     note = f"{ratio - 1:+.2%}, rounds spread {spread:.2%}"
     if spread >= threshold / 2:
         verdict = NOT_SIGNIFICANT if beyond else UNCHANGED
-        note += f", over half the threshold {threshold:.2%}"
+        note += f", over half the threshold {threshold:.2%}: count longer fits, --epochs"
     elif beyond:
         verdict = REGRESSED if ratio > 1 else IMPROVED
     else:
