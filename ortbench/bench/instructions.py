@@ -9,13 +9,13 @@ from valgrind's ``callgrind.h`` into the cache and loaded with ctypes
 
 Per cell and side, after the cell is built, fitted once and fitted :data:`WARM_FITS`
 times more, counts dropped (bytecode specialised, caches and lazy set-up warm), every
-round counts a short fit (``SHORT_EPOCHS`` epochs) and a long one (``epochs`` more): the
-slope between them is the count per step, free of what a fit pays once, as the time
-protocol does.
+round counts a short fit (``SHORT_EPOCHS`` epochs) and a long one (``epochs`` more,
+:data:`EPOCHS` by default): the slope between them is the count per step, free of what a
+fit pays once, as the time protocol does.
 
 What moves the counts is pinned: ``PYTHONHASHSEED=0``; the garbage collector's counts are
-zeroed before each counted fit (by a collection); the worker is bound to one CPU, so
-onnxruntime sizes its intra-op pool to the one thread that calls it (no pool thread spins
+zeroed before each counted fit (by a collection); each worker is bound to one CPU (the
+two sides' to two, so that they count at once), so onnxruntime sizes its intra-op pool to the one thread that calls it (no pool thread spins
 between kernels, and spinning would be counted), and BLAS/OpenMP pools get one thread;
 glibc's allocator gets one arena, fixed mmap and trim thresholds, not thresholds that
 move with the sizes freed so far, and per-thread caches of freed small blocks without a
