@@ -37,13 +37,22 @@ def _load(name, path):
 class State:
     """What the requests share: the coordinator's timing protocol and peak-memory
     measurement (loaded from the files at ``timing_path`` and ``memory_path``), the
-    fitted contenders by key and the heap settled for them."""
+    fitted contenders by key, the heap settled for them, and the callgrind client's stop
+    while its instrumentation is on (``None`` otherwise)."""
 
     def __init__(self, timing_path, memory_path):
         self.timing = _load("_ab_timing", timing_path)
         self.memory = _load("_ab_memory", memory_path)
         self.fitted = {}
         self.heap = contextlib.ExitStack()
+        self.instrumented = None
+
+    def uninstrumented(self):
+        """Switch callgrind's instrumentation off if a count left it on: building and
+        releasing models runs at valgrind's uninstrumented speed."""
+        if self.instrumented is not None:
+            self.instrumented()
+            self.instrumented = None
 
 
 def _first_line(error):
@@ -84,6 +93,7 @@ def _prepare(request, state):
     """Build the contender of one cell, fit it once, score it (the row's columns)."""
     from ortbench.bench.contenders import Unavailable, make_contender
 
+    state.uninstrumented()
     spec = request["cell"]
     problem = _problem(spec)
     epochs = request["epochs"]
@@ -130,33 +140,42 @@ def _time(request, state):
 
 
 def _count(request, state):
-    """One fit of ``epochs`` epochs from the current weights with callgrind's
-    instrumentation on around it only, its counts dumped under ``label`` (see
-    ``ortbench.bench.instructions``; the worker runs under valgrind)."""
-    start, stop, dump = _client(request["client"])
+    """One fit of ``epochs`` epochs from the current weights, counted: callgrind's counts
+    are zeroed right before the fit and dumped under ``label`` right after it (see
+    ``ortbench.bench.instructions``; the worker runs under valgrind).
+
+    Instrumentation is switched on at the first count and stays on until the next
+    ``prepare`` or ``finish``: each switch makes valgrind translate again all the code
+    that runs next, which costs a fit more time than its steps (not more instructions)."""
+    start, stop, zero, dump = _client(request["client"])
     fit = state.fitted[request["key"]].continue_fit
     epochs, label = request["epochs"], request["label"].encode()
+    if state.instrumented is None:
+        start()
+        state.instrumented = stop
     gc.collect()  # every counted fit starts with the collector's counts at zero
-    start()
+    zero()
     fit(epochs)
-    stop()
     dump(label)
     return {}
 
 
 @functools.lru_cache
 def _client(path):
-    """The compiled callgrind client requests at ``path``: start, stop and dump, looked up
-    once (a first lookup inside a counted fit would be counted)."""
+    """The compiled callgrind client requests at ``path``: start, stop, zero and dump,
+    looked up once (a first lookup inside a counted fit would be counted)."""
     import ctypes
 
     library = ctypes.CDLL(path)
-    return library.ortbench_count_start, library.ortbench_count_stop, library.ortbench_count_dump
+    return tuple(
+        getattr(library, f"ortbench_count_{name}") for name in ("start", "stop", "zero", "dump")
+    )
 
 
 def _finish(request, state):
     """The contender's loss curve and counters; the contender is released, and once none
     is left, what was kept out of garbage collection goes back into it."""
+    state.uninstrumented()
     contender = state.fitted.pop(request["key"])
     if not state.fitted:
         state.heap.close()
