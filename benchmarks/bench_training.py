@@ -153,8 +153,8 @@ class Instructions:
     """Instructions per training step of a few cells, counted under valgrind's callgrind
     as ``ab --measure instructions`` counts them (deterministic: the median of its rounds).
 
-    All cells are counted in one worker by ``setup_cache`` (about 40 s to start it under
-    valgrind, under a minute per cell); without valgrind or a C compiler, or where a
+    All cells are counted in one worker by ``setup_cache`` (about 25 s to start it under
+    valgrind, under 30 s per cell); without valgrind or a C compiler, or where a
     cell cannot run, ``setup`` raises NotImplementedError with the reason.
     """
 
