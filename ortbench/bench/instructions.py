@@ -5,7 +5,7 @@ Each side's worker (:mod:`.ab_worker`) runs under ``valgrind --tool=callgrind
 which it does through callgrind's client requests once a cell is built, for the cell's
 counted fits; callgrind's counts are zeroed right before each fit and dumped under a label
 right after it. Instrumentation stays on between the fits of a cell: each switch makes
-valgrind translate again the code that runs next, which slowed each fit by about 0.5 s.
+valgrind translate again the code that runs next (its cost: ``docs/benchmarks.md``).
 The client requests are four C functions compiled once from valgrind's ``callgrind.h``
 into the cache and loaded with ctypes (:func:`client_library`).
 
