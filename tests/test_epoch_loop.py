@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
+import onnx
+import onnxruntime
 import pytest
 
 from ortbench.training import FullTrainer, LearningRateSGD, LearningRateSGDNesterov, OrtBenchError
@@ -53,6 +57,27 @@ def test_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx):
         trainer.set_params(warm_start=True, max_iter=2).fit(X, y)
     assert counts.runs == 2
     assert counts.ortvalues == 0
+
+
+def test_epoch_loop_body_is_what_onnxruntime_fuses(regression, mlp_onnx, tmp_path):
+    """The step factor seeds the loss's gradient (no node scales the gradients), a Relu's
+    gradient reads the Relu's output (so onnxruntime fuses the Relu into its Gemm), and a
+    coefficient's update is a ``Sum`` that onnxruntime folds into its gradient's Gemm."""
+    X, y = regression
+    trainer = trained(mlp_onnx, X, y, None, True, batch_size=1, max_iter=1)
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    model = trainer._steps.graphs["epoch_loop"].SerializeToString()
+    onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    scan = next(n for n in onnx.load(tmp_path / "optimized.onnx").graph.node if n.op_type == "Scan")
+    body = next(a.g for a in scan.attribute if a.name == "body")
+    ops = Counter(n.op_type for n in body.node)
+    written_by = {o: n.op_type for n in body.node for o in n.output}
+    coefficients = [w for w in trainer.get_state() if w.startswith("coefficient")]
+    assert ops["Relu"] == 0 and ops["FusedGemm"] == 2, ops
+    assert sum("step_scale" in n.input for n in body.node) == 1, ops
+    assert len(coefficients) == 3
+    assert [written_by[f"{w}_new"] for w in coefficients] == ["Gemm"] * 3, ops
 
 
 def test_epoch_loop_refuses_what_it_cannot_run(regression, mlp_onnx):

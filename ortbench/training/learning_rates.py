@@ -192,20 +192,21 @@ class BaseLearningRate(BaseEstimator):
     # -- ONNX nodes and graphs --------------------------------------------------------------
 
     def weight_nodes(self, b: GraphBuilder, weight: str, state: str | None, step: str) -> str:
-        """Add ``w + s + e`` (``w + e`` without state); return the new weight's name."""
-        return b.op("Sum", weight, state, step) if state else b.op("Add", weight, step)
+        """Add ``w + s + e`` (``w + e`` without state); return the new weight's name.
+
+        A ``Sum``, not an ``Add``: where ``e`` comes out of a ``Gemm`` (a weight's gradient
+        in the fused step), onnxruntime folds the ``Sum`` into that ``Gemm``.
+        """
+        return b.op("Sum", weight, *([state] if state else []), step)
 
     def state_nodes(self, b: GraphBuilder, state: str, step: str) -> str:
         """Add ``c_s * s + c_e * e``; return the new state's name."""
         c_s, c_e = self.state_coefficients()
         return b.op("Add", b.op("Mul", state, b.const(c_s)), b.op("Mul", step, b.const(c_e)))
 
-    def update_nodes(self, b: GraphBuilder, step_scale: str, weight: str, grad: str, states):
-        """The whole update from a raw gradient, in one graph; return (weight, states).
-
-        ``step_scale`` is the scalar :meth:`step_factor`; used by the fused full step.
-        """
-        step = b.op("Mul", grad, step_scale)
+    def update_nodes(self, b: GraphBuilder, weight: str, step: str, states):
+        """The whole update from the step ``e`` (the gradient times :meth:`step_factor`),
+        in one graph; return (weight, states). Used by the fused full step."""
         state = states[0] if states else None
         new_states = [self.state_nodes(b, state, step)] if state else []
         return self.weight_nodes(b, weight, state, step), new_states
@@ -354,7 +355,7 @@ class LearningRateAdamW(BaseLearningRate):
         self.epsilon = epsilon
         self.weight_decay = weight_decay
 
-    def update_nodes(self, b, step_scale, weight, grad, states):
+    def update_nodes(self, b, weight, step, states):
         raise OrtBenchError(
             "LearningRateAdamW runs only in FullTrainer (onnxruntime's own AdamW optimizer)"
         )

@@ -28,12 +28,17 @@ from .portable_rules import RULES, RuleContext
 __all__ = ["RULES", "split_forward_backward", "vjp_graph"]
 
 
-def vjp_graph(model: onnx.ModelProto, wrt: list[str], fill_grad: bool = False) -> onnx.ModelProto:
+def vjp_graph(
+    model: onnx.ModelProto,
+    wrt: list[str],
+    fill_grad: bool = False,
+    seeds: dict[str, str] | None = None,
+) -> onnx.ModelProto:
     """The model plus the gradients of its float outputs with respect to ``wrt``.
 
     Inputs: the model's, then ``<y>_grad`` for each float output ``y`` (not with
-    ``fill_grad``, which takes ones). Outputs: ``<x>_grad`` for each name of ``wrt``, then
-    the model's own outputs.
+    ``fill_grad``, which takes ones), or the name ``seeds[y]`` gives. Outputs: ``<x>_grad``
+    for each name of ``wrt``, then the model's own outputs.
     """
     if _opset(model) < 13:
         raise OrtBenchError(
@@ -52,7 +57,8 @@ def vjp_graph(model: onnx.ModelProto, wrt: list[str], fill_grad: bool = False) -
             ones = numpy_helper.from_array(np.ones(1, np.float32))
             grads[name] = [b.op("ConstantOfShape", b.op("Shape", name), value=ones)]
         else:
-            grads[name] = [b.input(f"{name}_grad", shapes.get(name))]
+            seed = (seeds or {}).get(name, f"{name}_grad")
+            grads[name] = [b.input(seed, shapes.get(name))]
     for k in sorted(between, reverse=True):
         node = nodes[k]
         upstream = [_total(b, grads.get(o)) for o in node.output]

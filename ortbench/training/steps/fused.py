@@ -41,17 +41,19 @@ def fused_step_graph(
     ``groups`` maps each tensor the update writes to the weights it holds: one flat
     tensor for every weight on CPU (their per-weight inputs view it, and it ends with zero
     padding to whole cache lines), or each weight alone.
-    Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``, each
-    flat group ``<g>`` (when it is not a weight itself), ``step_scale`` (scalar, the
-    rate's step factor, -lr for SGD), then ``<g>_state`` when the rate keeps a state.
+    Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``,
+    ``step_scale`` (scalar, the rate's step factor, -lr for SGD), each flat group ``<g>``
+    (when it is not a weight itself), then ``<g>_state`` when the rate keeps a state.
     Outputs: ``<g>_new`` (and ``<g>_state_new``) for each group, then the loss of the
     batch (before the update).
     """
     weights = [w for names in groups.values() for w in names]
-    step = vjp_graph(weights_as_inputs(with_loss, weights), weights, fill_grad=True)
+    # the loss's gradient is seeded with the step factor instead of 1, so every gradient
+    # comes out as the step itself: no Mul per group (per weight in the epoch loop)
+    model = weights_as_inputs(with_loss, weights)
+    step = vjp_graph(model, weights, seeds={loss_name: "step_scale"})
     opset = next((o.version for o in step.opset_import if o.domain in ("", "ai.onnx")), 21)
     b = GraphBuilder("update", opset=opset, prefix="update_")
-    step_scale = b.input("step_scale", [])
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in step.graph.input}
     outputs = []
     for group, names in groups.items():
@@ -66,7 +68,7 @@ def fused_step_graph(
                 flat.append(b.const(np.zeros(shape[0] - size)))
             grad = b.op("Concat", *flat, axis=0)
         states = [b.input(f"{group}_state", shape)] if rate.n_states else []
-        new_weight, new_states = rate.update_nodes(b, step_scale, weight, grad, states)
+        new_weight, new_states = rate.update_nodes(b, weight, grad, states)
         outputs.append(b.rename(new_weight, f"{group}_new"))
         outputs += [b.rename(s, f"{group}_state_new") for s in new_states]
     graph = step.graph

@@ -74,9 +74,12 @@ def _neg(ctx, node, g):
 
 @rule("Relu")
 def _relu(ctx, node, g):
-    if is_large(ctx.shapes.get(node.output[0])):
-        return [masked_gradient(ctx.b, node.input[0], g[0])]
-    positive = ctx.b.op("Greater", node.input[0], ctx.b.const(0.0))
+    # the mask reads the output, positive where the input is: the input then has the Relu
+    # as its only reader, and onnxruntime can fuse the Gemm or Conv before it with it
+    out = node.output[0]
+    if is_large(ctx.shapes.get(out)):
+        return [masked_gradient(ctx.b, out, g[0])]
+    positive = ctx.b.op("Greater", out, ctx.b.const(0.0))
     return [ctx.where_else_zero(positive, g[0])]
 
 
