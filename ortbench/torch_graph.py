@@ -10,14 +10,28 @@ any ONNX gradient rule. Importing this module imports torch (an optional depende
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
+from . import graph_interpreter as interpreter
+from .graph_interpreter import (
+    Node,
+    Op,
+    axis_argument,
+    binary,
+    constant_array,
+    flatten,
+    gemm,
+    ints,
+    reshape,
+    unary,
+    variadic,
+)
 from .training.errors import OrtBenchError
 
 #: ONNX element types -> torch dtypes (Cast, ConstantOfShape).
@@ -32,41 +46,6 @@ _DTYPES = {
     onnx.TensorProto.BOOL: torch.bool,
 }
 
-_Op = Callable[["_Node", list], list]
-
-
-class _Node:
-    """A node's attributes (with defaults) and the graph's opset."""
-
-    def __init__(self, node: onnx.NodeProto, opset: int):
-        self.proto = node
-        self.opset = opset
-        self.attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-    def get(self, name: str, default=None):
-        value = self.attributes.get(name, default)
-        return value.decode() if isinstance(value, bytes) else value
-
-
-def _ints(tensor) -> list[int]:
-    return [int(v) for v in tensor.reshape(-1).tolist()]
-
-
-def _axis_argument(node: _Node, inputs: list, position: int, name: str = "axes"):
-    """An axes list given as an input (newer opsets) or an attribute (older ones)."""
-    if len(inputs) > position and inputs[position] is not None:
-        return _ints(inputs[position])
-    value = node.get(name)
-    return None if value is None else list(value)
-
-
-def _unary(function) -> _Op:
-    return lambda node, x: [function(x[0])]
-
-
-def _binary(function) -> _Op:
-    return lambda node, x: [function(x[0], x[1])]
-
 
 def _div(node, x):
     a, b = x
@@ -75,19 +54,7 @@ def _div(node, x):
     return [a / b]
 
 
-def _gemm(node, x):
-    a, b = x[0], x[1]
-    if node.get("transA", 0):
-        a = a.t()
-    if node.get("transB", 0):
-        b = b.t()
-    out = node.get("alpha", 1.0) * (a @ b)
-    if len(x) > 2 and x[2] is not None:
-        out = out + node.get("beta", 1.0) * x[2]
-    return [out]
-
-
-def _softmax(function) -> _Op:
+def _softmax(function) -> Op:
     def op(node, x):
         data = x[0]
         if node.opset >= 13:
@@ -220,19 +187,6 @@ def _gather(node, x):
     return [picked.reshape((*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :]))]
 
 
-def _flatten(node, x):
-    data = x[0]
-    axis = node.get("axis", 1) % (data.dim() + 1) if data.dim() else 0
-    return [data.reshape(math.prod(data.shape[:axis]), -1)]
-
-
-def _reshape(node, x):
-    data, shape = x[0], _ints(x[1])
-    if not node.get("allowzero", 0):
-        shape = [data.shape[k] if d == 0 else d for k, d in enumerate(shape)]
-    return [data.reshape(shape)]
-
-
 def _transpose(node, x):
     data = x[0]
     perm = node.get("perm") or list(reversed(range(data.dim())))
@@ -242,7 +196,7 @@ def _transpose(node, x):
 def _split(node, x):
     data = x[0]
     axis = node.get("axis", 0) % data.dim()
-    sizes = _axis_argument(node, x, 1, "split")
+    sizes = axis_argument(node, x, 1, "split")
     if sizes is None:
         parts = len(node.proto.output)
         size = -(-data.shape[axis] // parts)
@@ -256,9 +210,9 @@ def _slice(node, x):
         starts, ends = list(node.get("starts")), list(node.get("ends"))
         axes, steps = node.get("axes"), None
     else:
-        starts, ends = _ints(x[1]), _ints(x[2])
-        axes = _ints(x[3]) if len(x) > 3 and x[3] is not None else None
-        steps = _ints(x[4]) if len(x) > 4 and x[4] is not None else None
+        starts, ends = ints(x[1]), ints(x[2])
+        axes = ints(x[3]) if len(x) > 3 and x[3] is not None else None
+        steps = ints(x[4]) if len(x) > 4 and x[4] is not None else None
     axes = list(axes) if axes is not None else list(range(len(starts)))
     steps = steps or [1] * len(starts)
     for start, end, axis, step in zip(starts, ends, axes, steps):
@@ -278,7 +232,7 @@ def _slice(node, x):
 
 def _squeeze(node, x):
     data = x[0]
-    axes = _axis_argument(node, x, 1)
+    axes = axis_argument(node, x, 1)
     if axes is None:
         axes = [k for k, d in enumerate(data.shape) if d == 1]
     for axis in sorted((a % data.dim() for a in axes), reverse=True):
@@ -288,18 +242,18 @@ def _squeeze(node, x):
 
 def _unsqueeze(node, x):
     data = x[0]
-    axes = _axis_argument(node, x, 1)
+    axes = axis_argument(node, x, 1)
     rank = data.dim() + len(axes)
     for axis in sorted(a % rank for a in axes):
         data = data.unsqueeze(axis)
     return [data]
 
 
-def _reduce(function) -> _Op:
+def _reduce(function) -> Op:
     def op(node, x):
         data = x[0]
         # ReduceSum takes its axes as an input from opset 13, the others from opset 18
-        axes = _axis_argument(node, x, 1)
+        axes = axis_argument(node, x, 1)
         keep = bool(node.get("keepdims", 1))
         if not axes:
             if node.get("noop_with_empty_axes", 0):
@@ -317,20 +271,14 @@ def _shape(node, x):
 
 
 def _constant(node, x):
-    for name, dtype in (("value_float", np.float32), ("value_int", np.int64)):
-        if name in node.attributes:
-            return [torch.from_numpy(np.array(node.get(name), dtype))]
-    for name, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
-        if name in node.attributes:
-            return [torch.from_numpy(np.array(list(node.get(name)), dtype))]
-    return [torch.from_numpy(np.array(numpy_helper.to_array(node.get("value"))))]
+    return [torch.from_numpy(constant_array(node))]
 
 
 def _constant_of_shape(node, x):
     value = node.get("value")
     array = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
     filled = torch.from_numpy(np.array(array)).reshape(()).to(x[0].device)
-    return [filled.expand(_ints(x[0])).clone()]
+    return [filled.expand(ints(x[0])).clone()]
 
 
 def _cast(node, x):
@@ -341,7 +289,7 @@ def _cast(node, x):
 
 
 def _expand(node, x):
-    shape = torch.broadcast_shapes(tuple(x[0].shape), tuple(_ints(x[1])))
+    shape = torch.broadcast_shapes(tuple(x[0].shape), tuple(ints(x[1])))
     return [x[0].expand(shape)]
 
 
@@ -369,24 +317,14 @@ def _pow(node, x):
     return [torch.pow(base, exponent.to(base.dtype) if base.is_floating_point() else exponent)]
 
 
-def _variadic(function) -> _Op:
-    def op(node, x):
-        out = x[0]
-        for other in x[1:]:
-            out = function(out, other)
-        return [out]
-
-    return op
-
-
 def _gelu(node, x):
     return [F.gelu(x[0], approximate=node.get("approximate", "none"))]
 
 
 #: The ONNX operators (default domain) the runner executes.
-OPS: dict[str, _Op] = {
-    "Abs": _unary(torch.abs),
-    "Add": _binary(torch.add),
+OPS: dict[str, Op] = {
+    "Abs": unary(torch.abs),
+    "Add": binary(torch.add),
     "ArgMax": _arg_max,
     "AveragePool": _average_pool,
     "BatchNormalization": _batch_norm,
@@ -398,84 +336,56 @@ OPS: dict[str, _Op] = {
     "Conv": _conv,
     "Div": _div,
     "Dropout": _dropout,
-    "Equal": _binary(torch.eq),
-    "Erf": _unary(torch.erf),
-    "Exp": _unary(torch.exp),
+    "Equal": binary(torch.eq),
+    "Erf": unary(torch.erf),
+    "Exp": unary(torch.exp),
     "Expand": _expand,
-    "Flatten": _flatten,
+    "Flatten": flatten,
     "Gather": _gather,
     "Gelu": _gelu,
-    "Gemm": _gemm,
+    "Gemm": gemm,
     "GlobalAveragePool": lambda node, x: [x[0].mean(dim=list(range(2, x[0].dim())), keepdim=True)],
-    "Greater": _binary(torch.gt),
+    "Greater": binary(torch.gt),
     "Identity": lambda node, x: [x[0]],
     "LayerNormalization": _layer_norm,
     "LeakyRelu": lambda node, x: [F.leaky_relu(x[0], node.get("alpha", 0.01))],
-    "Less": _binary(torch.lt),
-    "Log": _unary(torch.log),
+    "Less": binary(torch.lt),
+    "Log": unary(torch.log),
     "LogSoftmax": _softmax(torch.log_softmax),
-    "MatMul": _binary(torch.matmul),
-    "Max": _variadic(torch.maximum),
+    "MatMul": binary(torch.matmul),
+    "Max": variadic(torch.maximum),
     "MaxPool": _max_pool,
-    "Min": _variadic(torch.minimum),
+    "Min": variadic(torch.minimum),
     "Mod": lambda node, x: [(torch.fmod if node.get("fmod", 0) else torch.remainder)(*x)],
-    "Mul": _binary(torch.mul),
-    "Neg": _unary(torch.neg),
-    "Not": _unary(torch.logical_not),
+    "Mul": binary(torch.mul),
+    "Neg": unary(torch.neg),
+    "Not": unary(torch.logical_not),
     "Pow": _pow,
-    "Reciprocal": _unary(torch.reciprocal),
+    "Reciprocal": unary(torch.reciprocal),
     "ReduceMean": _reduce(torch.mean),
     "ReduceSum": _reduce(torch.sum),
-    "Relu": _unary(torch.relu),
-    "Reshape": _reshape,
+    "Relu": unary(torch.relu),
+    "Reshape": reshape,
     "Shape": _shape,
-    "Sigmoid": _unary(torch.sigmoid),
+    "Sigmoid": unary(torch.sigmoid),
     "Slice": _slice,
     "Softmax": _softmax(torch.softmax),
     "Split": _split,
-    "Sqrt": _unary(torch.sqrt),
+    "Sqrt": unary(torch.sqrt),
     "Squeeze": _squeeze,
-    "Sub": _binary(torch.sub),
-    "Sum": _variadic(torch.add),
-    "Tanh": _unary(torch.tanh),
+    "Sub": binary(torch.sub),
+    "Sum": variadic(torch.add),
+    "Tanh": unary(torch.tanh),
     "Transpose": _transpose,
     "Unsqueeze": _unsqueeze,
     "Where": lambda node, x: [torch.where(x[0], x[1], x[2])],
 }
 
 
-def _needed_nodes(graph: onnx.GraphProto, outputs: Sequence[str]) -> list[onnx.NodeProto]:
-    """The nodes the outputs are computed from, in graph order."""
-    producers = {o: n for n in graph.node for o in n.output}
-    needed, stack = set(), list(outputs)
-    while stack:
-        node = producers.get(stack.pop())
-        if node is not None and id(node) not in needed:
-            needed.add(id(node))
-            stack.extend(node.input)
-    return [n for n in graph.node if id(n) in needed]
-
-
 def unsupported(model: onnx.ModelProto, outputs: Sequence[str]) -> str | None:
-    """Why torch cannot run the nodes the outputs need, or None when it can.
-
-    Parameters
-    ----------
-    model : onnx.ModelProto
-        The graph.
-    outputs : sequence of str
-        The tensors to compute.
-
-    Returns
-    -------
-    str or None
-        ``torch runs no ONNX operator <op> (node <name>)`` for the first node it cannot run.
-    """
-    for node in _needed_nodes(model.graph, outputs):
-        if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:
-            domain = f"{node.domain}." if node.domain else ""
-            return f"torch runs no ONNX operator {domain}{node.op_type} (node {node.name!r})"
-    return None
+    """Why torch cannot run the nodes the outputs need, or None when it can
+    (``torch runs no ONNX operator <op> (node <name>)`` for the first one it cannot run)."""
+    return interpreter.unsupported(model, outputs, OPS, "torch")
 
 
 class TorchGraph(torch.nn.Module):
@@ -511,13 +421,13 @@ class TorchGraph(torch.nn.Module):
         if reason:
             raise OrtBenchError(reason)
         graph = model.graph
-        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        opset = interpreter.graph_opset(model)
         self.outputs = list(outputs)
-        nodes = [_Node(n, opset) for n in _needed_nodes(graph, outputs)]
+        nodes = [Node(n, opset) for n in interpreter.needed_nodes(graph, outputs)]
         values = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
         for node in nodes:  # constants are computed once, on the device
             if node.proto.op_type == "Constant":
-                values[node.proto.output[0]] = _constant(node, [])[0].numpy()
+                values[node.proto.output[0]] = constant_array(node)
         self._nodes = [n for n in nodes if n.proto.op_type != "Constant"]
         self._trained = {name: k for k, name in enumerate(trained)}
         self.weights = torch.nn.ParameterList(
@@ -542,10 +452,5 @@ class TorchGraph(torch.nn.Module):
         """The graph's outputs for its data inputs, given in the graph's order."""
         env = dict(self._values)
         env.update(zip(self.input_names, inputs))
-        for node in self._nodes:
-            arguments = [env[name] if name else None for name in node.proto.input]
-            results = OPS[node.proto.op_type](node, arguments)
-            for name, value in zip(node.proto.output, results):
-                if name:
-                    env[name] = value
+        interpreter.run_nodes(self._nodes, OPS, env)
         return [env[name] for name in self.outputs]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
+import re
 
 import numpy as np
 import pytest
@@ -90,3 +91,39 @@ def test_without_jax_its_contenders_say_so(monkeypatch):
     for name in names:
         with pytest.raises(Unavailable, match=r"^needs jax$"):
             make_contender(name, problem, 16)
+
+
+TORCH = importlib.util.find_spec("torch") is not None
+
+
+@needs_jax
+@pytest.mark.skipif(not TORCH, reason="torch is not installed")
+@pytest.mark.parametrize("problem_name", ["cnn", "transformer"])
+@pytest.mark.parametrize(
+    ("name", "reference"),
+    [("jax-sgd", "torch-sgd"), ("jax-nesterov", "torch-nesterov"), ("jax-scan", "torch-sgd")],
+)
+def test_jax_trains_the_networks_scikit_learn_cannot_express_as_torch_does(
+    problem_name, name, reference
+):
+    """The graph run by JAX (convolutions, pooling, attention, LayerNorm, GELU's Erf)
+    against the same graph run by torch: from the same weights, on the same batches."""
+    problem = make_problem(problem_name, "digits", n_samples=400)
+    found = trained(name, problem, 16, epochs=2)
+    expected = trained(reference, problem, 16, epochs=2)
+    np.testing.assert_allclose(found.loss_curve_, expected.loss_curve_, rtol=1e-5)
+    assert found.loss_curve_[1] < found.loss_curve_[0]
+    X = problem.data.X_val[:20]
+    np.testing.assert_allclose(found.predict(X), expected.predict(X), rtol=1e-4, atol=1e-5)
+
+
+@needs_jax
+def test_a_graph_jax_cannot_run_names_the_operator_and_its_node():
+    problem = make_problem("transformer", "digits", n_samples=200)
+    model = copy.deepcopy(problem.onnx_model)
+    node = next(n for n in model.graph.node if n.op_type == "Erf")
+    node.op_type = "Erfc"
+    problem = dataclasses.replace(problem, onnx_model=model)
+    expected = f"jax runs no ONNX operator Erfc (node {node.name!r})"
+    with pytest.raises(Unavailable, match=rf"^{re.escape(expected)}$"):
+        make_contender("jax-sgd", problem, 16)

@@ -22,6 +22,7 @@ from ortbench.training.graphs.weights import get_initializers
 from ortbench.training.runtime.build import runtime_problem
 
 TORCH = importlib.util.find_spec("torch") is not None
+JAX = importlib.util.find_spec("jax") is not None
 
 
 @pytest.mark.skipif(not TORCH, reason="torch is not installed")
@@ -106,7 +107,7 @@ def timed(status: str) -> bool:
 
 def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
     argv = ["bench", "--problem", "cnn", "transformer", "--batch-sizes", "16", "--epochs", "1"]
-    contenders = ["sklearn-mlp-sgd", "ort-fwbw", "ort-portable-full", "torch-sgd"]
+    contenders = ["sklearn-mlp-sgd", "ort-fwbw", "ort-portable-full", "torch-sgd", "jax-sgd"]
     argv += ["--repeat", "1", "--n-samples", "300", "--devices", "cpu", "--contenders", *contenders]
     argv.append("--keep-going")  # an unstable time on a loaded machine is beside the point
     assert main([*argv, "--out", str(tmp_path)]) == 0
@@ -120,6 +121,7 @@ def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
         assert timed(status[problem, "torch-sgd"]) == TORCH, status[problem, "torch-sgd"]
         if not TORCH:
             assert status[problem, "torch-sgd"] == "unavailable: torch is not installed"
+        assert timed(status[problem, "jax-sgd"]) == JAX, status[problem, "jax-sgd"]
         assert timed(status[problem, "ort-portable-full"])
         if runtime_problem() is None:
             assert timed(status[problem, "ort-fwbw"])

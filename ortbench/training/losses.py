@@ -15,6 +15,8 @@ the default, so the choice is always visible in the object's repr.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import onnx
 from scipy import special
@@ -147,6 +149,12 @@ class BaseLearningLoss(BaseEstimator):
     def torch_rows(self, predicted, expected):
         """Each row's loss as torch computes and differentiates it (the torch contenders'
         loss): :meth:`numpy_rows` for tensors of shape (n, c), a tensor of shape (n,)."""
+        return self._difference_rows(predicted - expected)
+
+    def jax_rows(self, predicted, expected):
+        """Each row's loss as JAX computes and differentiates it (the JAX contenders' loss
+        on graphs scikit-learn cannot express): :meth:`numpy_rows` for ``jax.numpy``
+        arrays of shape (n, c), an array of shape (n,)."""
         return self._difference_rows(predicted - expected)
 
     def _difference_rows(self, diff):
@@ -334,6 +342,17 @@ class NegLogLearningLoss(BaseLearningLoss):
         if self.probability_function == "softmax":
             return -(expected * predicted.log_softmax(dim=1)).sum(axis=1)
         return -(expected * predicted.clamp(self.eps, 1 - self.eps).log()).sum(axis=1)
+
+    def jax_rows(self, predicted, expected):
+        self.check()
+        jax = importlib.import_module("jax")
+        if self.probability_function == "sigmoid":
+            tail = jax.numpy.log1p(jax.numpy.exp(-abs(predicted)))
+            return (jax.nn.relu(predicted) - expected * predicted + tail).sum(axis=1)
+        if self.probability_function == "softmax":
+            return -(expected * jax.nn.log_softmax(predicted, axis=1)).sum(axis=1)
+        clipped = jax.numpy.clip(predicted, self.eps, 1 - self.eps)
+        return -(expected * jax.numpy.log(clipped)).sum(axis=1)
 
     @staticmethod
     def _softplus_minus_ys(b: GraphBuilder, expected: str, scores: str) -> str:

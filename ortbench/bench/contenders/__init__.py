@@ -6,7 +6,7 @@ from ...schema import BASELINE
 from ...training import OrtBenchError
 from ..problems import Problem
 from .base import Contender, Unavailable
-from .jax_mlp import JaxNesterov, JaxScan, JaxSGD
+from .jax_numpy import JaxNesterov, JaxScan, JaxSGD
 from .ort import (
     OrtForwardBackward,
     OrtForwardBackwardNesterov,

@@ -10,51 +10,27 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-import onnx
 
-from ...training import OrtBenchError
-from ...training.graphs.nodes import rewrite_linear_nodes
-from ...training.graphs.outputs import classifier_output, training_output
-from ...training.graphs.weights import check_weight_names
-from ...training.losses import NegLogLearningLoss, loss_from_name
 from ..problems import Problem
 from .base import Contender, as_prediction
+from .graph_plan import GraphPlan, graph_plan, targets
 
 
 def _torch():
     return importlib.import_module("torch")
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What torch runs of a problem's graph: the tensor the loss reads, the function that
-    turns it into probabilities ('sigmoid', 'softmax'; None: the tensor is the
-    prediction itself), and the weights to train."""
-
-    model: onnx.ModelProto
-    scores: str
-    function: str | None
-    weights: tuple[str, ...]
-
-
 @cache
-def _plan(problem: Problem) -> _Plan | str:
+def _plan(problem: Problem) -> GraphPlan | str:
     """The problem's plan, or why torch cannot run its graph."""
-    try:
-        model = rewrite_linear_nodes(problem.onnx_model)
-        weights = check_weight_names(model, list(problem.weights) if problem.weights else None)
-        scores, function = training_output(model), None
-        classifier = classifier_output(model) if problem.loss_name == "log" else None
-        if classifier is not None and classifier.function is not None:
-            scores, function = classifier.scores, classifier.function
-    except OrtBenchError as e:
-        return str(e)
-    reason = importlib.import_module("ortbench.torch_graph").unsupported(model, [scores])
-    return reason or _Plan(model, scores, function, tuple(weights))
+    plan = graph_plan(problem)
+    if isinstance(plan, str):
+        return plan
+    reason = importlib.import_module("ortbench.torch_graph").unsupported(plan.model, [plan.scores])
+    return reason or plan
 
 
 class TorchSGD(Contender):
@@ -84,24 +60,10 @@ class TorchSGD(Contender):
         runner = importlib.import_module("ortbench.torch_graph").TorchGraph
         return runner(plan.model, [plan.scores], plan.weights, self.device)
 
-    def _targets(self, y: np.ndarray, width: int) -> np.ndarray:
-        """The labels or values the loss compares the scores with."""
-        if self.problem.loss_name != "log":
-            return np.array(y, dtype=np.float32).reshape(len(y), -1)
-        index = np.searchsorted(self.problem.classes, y)
-        if width == 1:
-            return (index == len(self.problem.classes) - 1).astype(np.float32).reshape(-1, 1)
-        return np.eye(width, dtype=np.float32)[index]
-
     def _fit(self, epochs: int) -> list[float]:
         torch = _torch()
         data = self.problem.data
-        function = _plan(self.problem).function
-        self._learning_loss = (
-            loss_from_name(self.problem.loss_name)
-            if function is None
-            else NegLogLearningLoss(probability_function=function)
-        )
+        self._learning_loss = _plan(self.problem).learning_loss(self.problem)
         self.network = self._network()
         momentum = self.problem.momentum if self.nesterov else 0.0
         self.optimizer = torch.optim.SGD(
@@ -113,7 +75,7 @@ class TorchSGD(Contender):
         self._X = torch.from_numpy(np.array(data.X_train)).to(self.device)
         with torch.no_grad():
             width = self.network(self._X[:1])[0].shape[1]
-        self._y = torch.from_numpy(self._targets(data.y_train, width)).to(self.device)
+        self._y = torch.from_numpy(targets(self.problem, data.y_train, width)).to(self.device)
         w = data.w_train
         self._w = None if w is None else torch.from_numpy(np.array(w)).to(self.device)
         self._rng = np.random.RandomState(self.problem.seed)

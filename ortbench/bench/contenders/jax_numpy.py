@@ -1,12 +1,16 @@
 """Contenders over JAX (optional: jax is imported only when one of them runs).
 
-Each trains the problem's MLP with scikit-learn's conventions (``SGDOptimizer``): the loss
-of a batch is its mean row loss plus ``0.5 * alpha * sum(W^2) / n_batch`` on the
-coefficients; plain SGD moves a weight by ``-lr * g``; with Nesterov's momentum ``m`` the
-velocity is ``v = m * v - lr * g`` and a weight moves by ``m * v - lr * g``; an
-'invscaling' rate changes once per epoch to ``lr0 / (t + 1) ** power_t`` with ``t`` the
-samples seen. The jitted functions are compiled by the first epoch of ``fit``: the timed
-fits (``continue_fit``) reuse them.
+A problem's scikit-learn MLP is written in ``jax.numpy`` and trained with scikit-learn's
+conventions (``SGDOptimizer``): the loss of a batch is its mean row loss plus
+``0.5 * alpha * sum(W^2) / n_batch`` on the coefficients; an 'invscaling' rate changes once
+per epoch to ``lr0 / (t + 1) ** power_t`` with ``t`` the samples seen. A graph scikit-learn
+cannot express (the ``cnn`` and ``transformer`` problems, a user's model) is run by
+:class:`ortbench.jax_graph.JaxGraph` and trained as the torch contenders train it: its
+loss averaged over the batch (or weighted by the sample weights), no penalty, a constant
+rate. Both update alike: plain SGD moves a weight by ``-lr * g``; with Nesterov's momentum
+``m`` the velocity is ``v = m * v - lr * g`` and a weight moves by ``m * v - lr * g``.
+The jitted functions are compiled by the first epoch of ``fit``: the timed fits
+(``continue_fit``) reuse them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import warnings
 import numpy as np
 
 from ..problems import Problem
-from .base import Contender
+from .base import Contender, as_prediction
+from .graph_plan import graph_plan, targets
 from .scikit_learn import inexpressible
 
 #: JAX's name of the platform each ortbench device runs on
@@ -39,11 +44,9 @@ def _activation(name: str):
     }[name]
 
 
-def _build_step(problem: Problem, momentum: float):
-    """The pure training step ``(weights, velocities, X, y, w, rows, lr) -> (weights,
-    velocities, loss)`` of the problem's MLP on rows ``rows``; the loss returned is the
-    batch's loss before the update times its number of rows. ``momentum`` 0 is plain SGD
-    (velocities are then ()), else Nesterov's momentum."""
+def _mlp_loss(problem: Problem):
+    """The batch loss ``(weights, X, y, w) -> loss`` of the problem's MLP, scikit-learn's
+    (weights: ``(coefficients, intercepts)``)."""
     jax = _jax()
     jnp = jax.numpy
     activation = _activation(problem.reference.activation)
@@ -68,6 +71,28 @@ def _build_step(problem: Problem, momentum: float):
         penalty = 0.5 * alpha * sum((coef**2).sum() for coef in weights[0])
         return (total + penalty) / n
 
+    return loss
+
+
+def _graph_loss(problem: Problem, network):
+    """The batch loss ``(weights, X, y, w) -> loss`` of the problem's graph run by
+    ``network`` (a :class:`~ortbench.jax_graph.JaxGraph`; weights in its trained order)."""
+    learning_loss = graph_plan(problem).learning_loss(problem)
+
+    def loss(weights, X, y, w):
+        rows = learning_loss.jax_rows(network.apply(weights, X)[0], y)
+        return rows.mean() if w is None else (rows * w).sum() / w.sum()
+
+    return loss
+
+
+def _build_step(loss, momentum: float):
+    """The pure training step ``(weights, velocities, X, y, w, rows, lr) -> (weights,
+    velocities, loss)`` of the batch ``loss`` on rows ``rows``; the loss returned is the
+    batch's loss before the update times its number of rows. ``momentum`` 0 is plain SGD
+    (velocities are then ()), else Nesterov's momentum."""
+    jax = _jax()
+
     def step(weights, velocities, X, y, w, rows, lr):
         value, grads = jax.value_and_grad(loss)(
             weights, X[rows], y[rows], None if w is None else w[rows]
@@ -85,11 +110,27 @@ def _build_step(problem: Problem, momentum: float):
     return step
 
 
-class JaxSGD(Contender):
-    """The problem's MLP in ``jax.numpy``, one jitted step per batch, its weights donated.
+def _graph_reason(problem: Problem) -> str | None:
+    """Why jax cannot run the problem's graph, or None."""
+    plan = graph_plan(problem)
+    if isinstance(plan, str):
+        return plan
+    return importlib.import_module("ortbench.jax_graph").unsupported(plan.model, [plan.scores])
 
-    Same layers, activations, initial weights, batches and loss as the other contenders;
-    the update is scikit-learn's (see the module's notes).
+
+def _network(problem: Problem):
+    """The problem's graph as a :class:`~ortbench.jax_graph.JaxGraph` of its scores."""
+    plan = graph_plan(problem)
+    runner = importlib.import_module("ortbench.jax_graph").JaxGraph
+    return runner(plan.model, [plan.scores], plan.weights)
+
+
+class JaxSGD(Contender):
+    """The problem's MLP in ``jax.numpy`` (or its graph run by JAX), one jitted step per
+    batch, its weights donated.
+
+    Same network, initial weights, batches and loss as the other contenders; the
+    conventions are in the module's notes.
     """
 
     name = "jax-sgd"
@@ -99,7 +140,7 @@ class JaxSGD(Contender):
     def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
         if importlib.util.find_spec("jax") is None:
             return "needs jax"
-        reason = inexpressible(problem, "jax")
+        reason = inexpressible(problem, "jax") if problem.reference else _graph_reason(problem)
         if reason:
             return reason
         if device not in _PLATFORMS:
@@ -116,26 +157,34 @@ class JaxSGD(Contender):
         problem, data = self.problem, self.problem.data
         self._device = jax.devices(_PLATFORMS[self.device])[0]
         put = lambda a: jax.device_put(np.ascontiguousarray(a), self._device)  # noqa: E731
-        coefs, intercepts = problem.initial_weights()
-        self._weights = (tuple(put(c) for c in coefs), tuple(put(b) for b in intercepts))
         momentum = problem.momentum if self.nesterov else 0.0
+        self._X = put(np.asarray(data.X_train, dtype=np.float32))
+        if problem.reference is not None:
+            coefs, intercepts = problem.initial_weights()
+            self._weights = (tuple(put(c) for c in coefs), tuple(put(b) for b in intercepts))
+            if problem.task == "multiclass":
+                y = np.searchsorted(problem.classes, data.y_train).astype(np.int32)
+            elif problem.task == "binary":
+                y = (data.y_train == problem.classes[1]).astype(np.float32).reshape(-1, 1)
+            else:
+                y = np.asarray(data.y_train, dtype=np.float32).reshape(len(data.y_train), -1)
+            loss = _mlp_loss(problem)
+        else:
+            self._network = _network(problem)
+            self._weights = tuple(put(value) for value in self._network.initial)
+            width = jax.eval_shape(self._network.apply, self._weights, self._X[:1])[0].shape[1]
+            y = targets(problem, data.y_train, width)
+            loss = _graph_loss(problem, self._network)
         zeros = jax.tree.map(lambda p: jax.numpy.zeros_like(p), self._weights)
         self._velocities = zeros if momentum else ()
-        if problem.task == "multiclass":
-            y = np.searchsorted(problem.classes, data.y_train).astype(np.int32)
-        elif problem.task == "binary":
-            y = (data.y_train == problem.classes[1]).astype(np.float32).reshape(-1, 1)
-        else:
-            y = np.asarray(data.y_train, dtype=np.float32).reshape(len(data.y_train), -1)
-        self._X = put(np.asarray(data.X_train, dtype=np.float32))
         self._y = put(y)
         self._w = None if data.w_train is None else put(np.asarray(data.w_train, np.float32))
-        step = _build_step(problem, momentum)
+        step = _build_step(loss, momentum)
         # weights and velocities are replaced by every step: their buffers are reused
         self._step = jax.jit(step, donate_argnums=(0, 1))
-        reference = problem.reference
-        self._schedule = reference.learning_rate
-        self._power_t = float(reference.power_t)
+        reference = problem.reference  # a graph's rate is constant, as torch's
+        self._schedule = reference.learning_rate if reference else "constant"
+        self._power_t = float(reference.power_t) if reference else 0.0
         self._seen = int(getattr(reference, "t_", 0))
         self._lr = float(problem.eta0)
         self._rng = np.random.RandomState(problem.seed)
@@ -182,15 +231,18 @@ class JaxSGD(Contender):
             self._lr = float(self.problem.eta0) / (self._seen + 1) ** self._power_t
 
     def weights(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The current coefficients and intercepts (scikit-learn's layout), as numpy arrays."""
+        """The MLP's current coefficients and intercepts (scikit-learn's layout), as numpy
+        arrays."""
         if not hasattr(self, "_weights"):
             return self.problem.initial_weights()
         coefs, intercepts = self._weights
         return [np.asarray(c) for c in coefs], [np.asarray(b) for b in intercepts]
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        coefs, intercepts = self.weights()
         a = np.asarray(X, dtype=np.float32)
+        if self.problem.reference is None:
+            return self._predict_graph(a)
+        coefs, intercepts = self.weights()
         activation = self.problem.reference.activation
         for k, (coef, intercept) in enumerate(zip(coefs, intercepts)):
             a = a @ coef + intercept
@@ -202,6 +254,19 @@ class JaxSGD(Contender):
             e = np.exp(a - a.max(axis=1, keepdims=True))
             a = e / e.sum(axis=1, keepdims=True)
         return a if a.shape[1] > 1 else a.ravel()
+
+    def _predict_graph(self, X: np.ndarray) -> np.ndarray:
+        """The graph's scores for ``X`` through its probability function, as predicted."""
+        jax = _jax()
+        network = getattr(self, "_network", None) or _network(self.problem)
+        weights = getattr(self, "_weights", network.initial)
+        output = network.apply(weights, X)[0]
+        function = graph_plan(self.problem).function
+        if function == "sigmoid":
+            output = jax.nn.sigmoid(output)
+        elif function == "softmax":
+            output = jax.nn.softmax(output, axis=1)
+        return as_prediction(np.asarray(output), self.problem.loss_name == "log")
 
 
 class JaxNesterov(JaxSGD):
