@@ -45,7 +45,7 @@ class TimeEpoch(ContenderSuite, Settled):
 
 class TimeNetworkEpoch(TimeEpoch):
     """The same on the network problems (cnn, transformer on the digit images): the engine
-    against torch, their peer."""
+    against torch and JAX, its peers there."""
 
     problems = NETWORK_PROBLEMS
     batch_sizes = NETWORK_BATCH_SIZES
