@@ -192,12 +192,8 @@ class BaseLearningRate(BaseEstimator):
     # -- ONNX nodes and graphs --------------------------------------------------------------
 
     def weight_nodes(self, b: GraphBuilder, weight: str, state: str | None, step: str) -> str:
-        """Add ``w + s + e`` (``w + e`` without state); return the new weight's name.
-
-        A ``Sum``, not an ``Add``: where ``e`` comes out of a ``Gemm`` (a weight's gradient
-        in the fused step), onnxruntime folds the ``Sum`` into that ``Gemm``.
-        """
-        return b.op("Sum", weight, *([state] if state else []), step)
+        """Add ``w + s + e`` (``w + e`` without state); return the new weight's name."""
+        return b.op("Sum", weight, state, step) if state else b.op("Add", weight, step)
 
     def state_nodes(self, b: GraphBuilder, state: str, step: str) -> str:
         """Add ``c_s * s + c_e * e``; return the new state's name."""
@@ -206,10 +202,15 @@ class BaseLearningRate(BaseEstimator):
 
     def update_nodes(self, b: GraphBuilder, weight: str, step: str, states):
         """The whole update from the step ``e`` (the gradient times :meth:`step_factor`),
-        in one graph; return (weight, states). Used by the fused full step."""
+        in one graph; return (weight, states). Used by the fused full step.
+
+        Without a state, ``w + e`` is a ``Sum`` there, not an ``Add``: where ``e`` comes out
+        of a ``Gemm`` (a weight's gradient), onnxruntime folds the ``Sum`` into that ``Gemm``.
+        """
         state = states[0] if states else None
-        new_states = [self.state_nodes(b, state, step)] if state else []
-        return self.weight_nodes(b, weight, state, step), new_states
+        if state is None:
+            return b.op("Sum", weight, step), []
+        return self.weight_nodes(b, weight, state, step), [self.state_nodes(b, state, step)]
 
     def build_onnx_function(
         self,
