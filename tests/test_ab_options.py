@@ -116,14 +116,17 @@ def test_an_option_ab_cannot_honour_is_one_line(tmp_path, capsys, option):
     assert not any(tmp_path.iterdir())
 
 
-def test_the_time_budget_stops_the_extra_rounds_and_the_report_says_so(tmp_path):
-    """A threshold no A/A run can settle wants every extra round; a budget spent before
-    the first rounds end leaves the cell at --repeat rounds, and ``ab.md`` says why.
-    Without the budget, the same run times further rounds."""
+def test_the_time_budget_stops_the_extra_rounds_and_the_report_says_so(tmp_path, monkeypatch):
+    """With every verdict held open, a budget spent before the first rounds end leaves
+    each cell at --repeat rounds, and ``ab.md`` says why; without the budget, the same
+    run times every cell up to --max-repeat. (Whether a real A/A cell stays open depends
+    on the machine's noise: a busy machine can settle one early, so the rule is held
+    open here; the rule has its own tests in ``test_ab``.)"""
+    monkeypatch.setattr("ortbench.bench.ab.undecided", lambda *args: True)
     counts = {}
     for budget in ("0.01", "1000"):
         out = tmp_path / budget
-        argv = ["ab", str(ROOT), str(ROOT), *QUICK, "--threshold", "1e-6", "--warn", "5e-7"]
+        argv = ["ab", str(ROOT), str(ROOT), *QUICK]
         argv += ["--max-repeat", "18", "--time-budget", budget, "--out", str(out)]
         main([*argv, "--cache", str(tmp_path / "cache")])
         (folder,) = out.iterdir()
