@@ -373,6 +373,11 @@ def test_pins_this_environment_does_not_satisfy(tmp_path):
         (["no-such-ref-here", "."], "neither a checkout folder nor a git ref"),
         (["tests", "."], "without ortbench/__init__.py"),
         ([".", ".", "--repeat", "12"], "too few pairs"),  # 13 is the least: 7 blocks
+        (
+            [".", ".", "--repeat", "14", "--max-repeat", "13"],
+            "--max-repeat must be at least the 14",
+        ),
+        ([".", ".", "--measure", "instructions", "--repeat", "1"], "at least 2 when counting"),
         ([".", ".", "--threshold", "0"], "--threshold must be > 0"),
         ([".", ".", "--warn", "0.2"], "--warn must be between 0 and --threshold"),
     ],

@@ -275,6 +275,10 @@ class TimeBudget:
     stopped: int = 0
 
     def __post_init__(self) -> None:
+        self.begin()
+
+    def begin(self) -> None:
+        """Count the seconds from now."""
         self.start = self.clock()
 
     def deadline(self, cells: int) -> float:

@@ -8,8 +8,8 @@ import functools
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..bench.ab import (
@@ -37,7 +37,7 @@ from ..bench.instructions import (
     counting_worker,
     run_count_group,
 )
-from ..bench.matrix import BenchConfig, cells, run_id_now
+from ..bench.matrix import BenchConfig, Cell, cells, run_id_now
 from ..bench.store import KEYS, RESULTS_CSV, ResultsWriter, create_run_folder
 from ..bench.user_model import UserFiles
 from ..errors import OrtBenchError
@@ -95,6 +95,11 @@ def ab_config(args: argparse.Namespace) -> BenchConfig:
     config = replace(matrix_config(args), repeat=rounds(args))
     if args.measure == "instructions" and args.epochs is None:
         config = replace(config, epochs=EPOCHS)
+    if args.measure == "time" and (args.max_repeat or config.repeat) < config.repeat:
+        raise OrtBenchError(
+            f"--max-repeat must be at least the {config.repeat} rounds of --repeat, "
+            f"got {args.max_repeat}"
+        )
     return config
 
 
@@ -120,22 +125,48 @@ def _progress(start: float):
     return report
 
 
+@dataclass(frozen=True)
+class Measuring:
+    """How ``ab`` measures the cells for one ``--measure``: the workers it starts, how it
+    groups the cells and runs a group, the most rounds a cell gets, and the time budget
+    of the extra rounds (timing only)."""
+
+    worker: Callable[..., Worker]
+    run_group: Callable[..., list[PairedCell]]
+    group_by: Callable[[Cell], Hashable]
+    most: int
+    budget: TimeBudget | None = None
+
+
+def timed(args: argparse.Namespace, config: BenchConfig, run_cells: int) -> Measuring:
+    """Timed fits, cells of a group alternated, the cells whose verdict is still open timed
+    further (up to ``--max-repeat`` rounds, within ``--time-budget``)."""
+    most = args.max_repeat or MAX_REPEAT_FACTOR * config.repeat
+    seconds = args.time_budget or (QUICK_TIME_BUDGET if args.quick else None)
+    budget = TimeBudget(seconds, run_cells) if seconds else None
+    # the p-values are adjusted over the whole matrix, every shard's cells together
+    sequential = Sequential(args.threshold, most, len(cells(config)), budget)
+    run_group = functools.partial(run_pair_group, sequential=sequential)
+    return Measuring(Worker, run_group, timed_together, most, budget)
+
+
+def counted(args: argparse.Namespace, config: BenchConfig, run_cells: int) -> Measuring:
+    """Counted fits under callgrind, a cell at a time, ``--repeat`` rounds each (a count
+    needs no extra rounds)."""
+    worker = counting_worker(Path(args.cache))
+    return Measuring(worker, run_count_group, counted_alone, config.repeat)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the matrix on both sides and judge HEAD: 1 on a regression or failure, 3 when no
     cell ran on both sides, 130 when interrupted."""
     for name, reason in AB_REFUSES.items():
         if getattr(args, name):
             raise OrtBenchError(f"--{name.replace('_', '-')} is for bench only: {reason}")
-    counting = args.measure == "instructions"
-    worker = counting_worker(Path(args.cache)) if counting else Worker
     config = ab_config(args)
     todo = shard_todo(args, config)
-    most = config.repeat if counting else args.max_repeat or MAX_REPEAT_FACTOR * config.repeat
-    if most < config.repeat:
-        raise OrtBenchError(
-            f"--max-repeat must be at least the {config.repeat} rounds of --repeat, got {most}"
-        )
-    seconds = args.time_budget or (QUICK_TIME_BUDGET if args.quick else None)
+    run_cells = len(cells(config)) if todo is None else len(todo)
+    measuring = (counted if args.measure == "instructions" else timed)(args, config, run_cells)
 
     def log(line: str) -> None:
         print(f"ortbench ab: {line}", file=sys.stderr)
@@ -154,25 +185,20 @@ def run(args: argparse.Namespace) -> int:
         "warn": args.warn,
         "instructions_threshold": args.instructions_threshold,
         "measure": args.measure,  # shards that measured differently do not merge
-        "max_repeat": most,
+        "max_repeat": measuring.most,
     }
     if not start_shard(args, folder, config, todo, settings):
         write_sides(folder, sides)
         return 0
     progress = _progress(time.perf_counter())
     labels = tuple(side_label(vars(s)) for s in sides.values())
-    run_cells = len(cells(config)) if todo is None else len(todo)
-    budget = TimeBudget(seconds, run_cells) if seconds and not counting else None
-    # the p-values are adjusted over the whole matrix, every shard's cells together
-    sequential = Sequential(args.threshold, most, len(cells(config)), budget)
-    run_group = (
-        run_count_group if counting else functools.partial(run_pair_group, sequential=sequential)
-    )
-    group_by = counted_alone if counting else timed_together
+    if measuring.budget is not None:
+        measuring.budget.begin()  # the budget counts from the workers' start
     try:
-        with started(folder, sides, worker) as workers:
+        with started(folder, sides, measuring.worker) as workers:
             writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
             user = UserFiles.from_options(args)
+            run_group, group_by = measuring.run_group, measuring.group_by
             run_ab(config, workers, writer, folder.name, progress, todo, user, run_group, group_by)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
@@ -181,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
     note = ""
+    budget = measuring.budget
     if budget is not None and budget.stopped:
         note = (
             f"The time budget ({budget.seconds:g} s, --time-budget) ended the extra rounds of "
