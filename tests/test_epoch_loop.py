@@ -59,23 +59,30 @@ def test_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx):
     assert counts.ortvalues == 0
 
 
-def test_epoch_loop_body_is_what_onnxruntime_fuses(regression, mlp_onnx, tmp_path):
+@pytest.mark.parametrize("epoch_loop", [True, False], ids=["epoch loop", "per step"])
+def test_the_sgd_step_is_what_onnxruntime_fuses(epoch_loop, regression, mlp_onnx, tmp_path):
     """The step factor seeds the loss's gradient (no node scales the gradients), a Relu's
     gradient reads the Relu's output (so onnxruntime fuses the Relu into its Gemm), and a
-    coefficient's update is a ``Sum`` that onnxruntime folds into its gradient's Gemm."""
+    coefficient's update is a ``Sum`` that onnxruntime folds into its gradient's Gemm: in
+    the epoch loop's body and in the per-step graph alike, where no update is flat (no
+    ``Concat`` of the steps)."""
     X, y = regression
-    trainer = trained(mlp_onnx, X, y, None, True, batch_size=1, max_iter=1)
+    trainer = trained(mlp_onnx, X, y, None, epoch_loop, batch_size=1, max_iter=1)
     options = onnxruntime.SessionOptions()
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    model = trainer._steps.graphs["epoch_loop"].SerializeToString()
-    onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    scan = next(n for n in onnx.load(tmp_path / "optimized.onnx").graph.node if n.op_type == "Scan")
-    body = next(a.g for a in scan.attribute if a.name == "body")
-    ops = Counter(n.op_type for n in body.node)
-    written_by = {o: n.op_type for n in body.node for o in n.output}
+    graph = trainer._steps.graphs["epoch_loop" if epoch_loop else "fused_step"]
+    onnxruntime.InferenceSession(
+        graph.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    nodes = onnx.load(tmp_path / "optimized.onnx").graph.node
+    if epoch_loop:
+        scan = next(n for n in nodes if n.op_type == "Scan")
+        nodes = next(a.g for a in scan.attribute if a.name == "body").node
+    ops = Counter(n.op_type for n in nodes)
+    written_by = {o: n.op_type for n in nodes for o in n.output}
     coefficients = [w for w in trainer.get_state() if w.startswith("coefficient")]
-    assert ops["Relu"] == 0 and ops["FusedGemm"] == 2, ops
-    assert sum("step_scale" in n.input for n in body.node) == 1, ops
+    assert ops["Relu"] == 0 and ops["FusedGemm"] == 2 and ops["Concat"] == 0, ops
+    assert sum("step_scale" in n.input for n in nodes) == 1, ops
     assert len(coefficients) == 3
     assert [written_by[f"{w}_new"] for w in coefficients] == ["Gemm"] * 3, ops
 

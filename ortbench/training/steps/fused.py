@@ -159,7 +159,13 @@ class FusedSteps(OneGraphSteps):
         loss_name: str,
     ):
         super().__init__(with_loss, weights, rate, sessions, feeds, loss_name)
-        model = fused_step_graph(with_loss, self._buffers.groups, rate, loss_name)
+        # without a state each weight is its own group: a coefficient's update then folds
+        # into the Gemm that computes its step, where a flat update would first copy every
+        # step into one tensor; a momentum update keeps the buffers' groups, as its nodes
+        # per group would cost more than that copy (benchmarks/README.md)
+        per_weight = {w: [w] for w in weights}
+        self._groups = self._buffers.groups if rate.n_states else per_weight
+        model = fused_step_graph(with_loss, self._groups, rate, loss_name)
         self.graphs = {"fused_step": model}
         self._session = sessions.session(fit_runtime(model).SerializeToString(), "fused_step")
         self._loss_out = np.zeros((), dtype=np.float32)
@@ -180,7 +186,12 @@ class FusedSteps(OneGraphSteps):
             binding.bind_input(name, value)
         binding.bind_input("step_scale", self._step_scale.value)
         for name, value in zip(self.weights, buffers.weights[src]):
-            binding.bind_input(name, value)  # views of the groups below on CPU
+            binding.bind_input(name, value)  # views of the flat buffers on CPU
+        binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
+        if self._groups is not buffers.groups:  # each weight its own group
+            for name, value in zip(self.weights, buffers.weights[dst]):
+                binding.bind_output(f"{name}_new", value)
+            return binding
         for i, (group, names) in enumerate(buffers.groups.items()):
             if names != [group]:
                 binding.bind_input(group, buffers.group_weights[src][i])
@@ -188,7 +199,6 @@ class FusedSteps(OneGraphSteps):
             if buffers.has_state:
                 binding.bind_input(f"{group}_state", buffers.states[src][i])
                 binding.bind_output(f"{group}_state_new", buffers.states[dst][i])
-        binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
         return binding
 
     def run_epoch(self) -> float:
