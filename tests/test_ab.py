@@ -499,12 +499,15 @@ def test_workers_run_one_blas_thread_and_one_hash_seed_unless_told(tmp_path, mon
     assert worker.context == pinned | {"OMP_NUM_THREADS": "2", "PYTHONHASHSEED": "7"}
 
 
-def test_the_workers_start_together_and_a_failed_start_closes_the_other(tmp_path):
+def test_the_workers_start_together_end_together_and_a_failed_start_closes_the_other(
+    tmp_path,
+):
     """Each side's worker is made while the other's is (a barrier that both must reach
-    before either returns); when one side cannot start, the one that did is closed and
-    the failure is raised."""
+    before either returns); at the end every worker's input closes before any is waited
+    for, so that they exit at once; when one side cannot start, the one that did is
+    closed and the failure is raised."""
     barrier = threading.Barrier(len(SIDES), timeout=30)
-    closed = []
+    events = []
 
     class Starting:
         def __init__(self, name: str, side: Checkout, log: Path, fail: str = ""):
@@ -513,14 +516,18 @@ def test_the_workers_start_together_and_a_failed_start_closes_the_other(tmp_path
                 raise OrtBenchError(f"the {name} worker did not start")
             self.name = name
 
+        def end_input(self) -> None:
+            events.append(("end input", self.name))
+
         def close(self) -> None:
-            closed.append(self.name)
+            events.append(("close", self.name))
 
     sides = {name: Checkout(name, tmp_path, sys.executable, "this interpreter") for name in SIDES}
     with started(tmp_path, sides, Starting) as workers:
         assert sorted(workers) == sorted(SIDES)
-    assert sorted(closed) == sorted(SIDES)
-    closed.clear()
+    assert [e for e, _ in events] == ["end input"] * len(SIDES) + ["close"] * len(SIDES)
+    assert sorted(n for e, n in events if e == "close") == sorted(SIDES)
+    events.clear()
     barrier.reset()
     failing = functools.partial(Starting, fail=HEAD)
     with (
@@ -528,4 +535,4 @@ def test_the_workers_start_together_and_a_failed_start_closes_the_other(tmp_path
         started(tmp_path, sides, failing),
     ):
         pytest.fail("the block ran without its HEAD worker")
-    assert closed == [BASE]
+    assert [n for e, n in events if e == "close"] == [BASE]

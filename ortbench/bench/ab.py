@@ -146,11 +146,15 @@ class Worker:
         lines = self.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         return f"{lines[-1]} (log: {self.log})" if lines else f"no output (log: {self.log})"
 
-    def close(self) -> None:
-        """End the process: its input closes, it exits; killed if it does not."""
+    def end_input(self) -> None:
+        """Close the process' input: it exits once it has read everything."""
         if self.process.stdin and not self.process.stdin.closed:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
+
+    def close(self) -> None:
+        """End the process: its input closes, it exits; killed if it does not."""
+        self.end_input()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -472,6 +476,8 @@ def started(
             future.result()  # the first side that failed to start says why
         yield workers
     finally:
+        for worker in workers.values():  # every side exits at once, not one after the other
+            worker.end_input()
         for worker in workers.values():
             worker.close()
 
