@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import warnings
 
+import onnxruntime
+import pytest
 from skl2onnx import to_onnx
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPRegressor
+
+#: For tests of what a CPU-only onnxruntime says when CUDA is asked for.
+cpu_build_only = pytest.mark.skipif(
+    "CUDAExecutionProvider" in onnxruntime.get_available_providers(), reason="a GPU build"
+)
 
 
 def fitted_mlp(X, y, hidden=(6, 4), **kwargs) -> MLPRegressor:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
+from helpers import cpu_build_only
 from onnx import helper
 
 from ortbench.training import (
@@ -134,9 +134,7 @@ def test_device_not_available(trainer, regression, mlp_onnx, device, match):
         trainer(mlp_onnx, device=device).fit(X, y)
 
 
-@pytest.mark.skipif(
-    "CUDAExecutionProvider" in onnxruntime.get_available_providers(), reason="a GPU build"
-)
+@cpu_build_only
 def test_cuda_message_names_what_the_portable_backend_needs(trainer, regression, mlp_onnx):
     X, y = regression
     with raises_one_line("the portable backend runs on CUDA with onnxruntime-gpu"):

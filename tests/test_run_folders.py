@@ -12,6 +12,7 @@ from pathlib import Path
 import onnxruntime
 import pandas as pd
 import pytest
+from helpers import cpu_build_only
 
 from ortbench.bench import machine, store
 from ortbench.bench.store import (
@@ -207,9 +208,7 @@ def test_default_devices_are_those_that_answer(monkeypatch):
     machine.cuda_answers.cache_clear()
 
 
-@pytest.mark.skipif(
-    "CUDAExecutionProvider" in onnxruntime.get_available_providers(), reason="a GPU build"
-)
+@cpu_build_only
 def test_a_run_where_no_cell_can_run_fails_with_one_line(tmp_path, capsys):
     options = TINY.replace("--devices cpu", "--devices cuda")
     status = main(["bench", *options.split(), "--out", str(tmp_path)])

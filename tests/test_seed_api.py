@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from helpers import cpu_build_only
 from onnx import TensorProto, helper
 from skl2onnx import to_onnx
 from sklearn.base import clone
@@ -763,9 +764,7 @@ def test_loss_output_name_names_the_trained_loss(linear):
     np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
 
 
-@pytest.mark.skipif(
-    "CUDAExecutionProvider" in onnxruntime.get_available_providers(), reason="a GPU build"
-)
+@cpu_build_only
 def test_device_cuda_needs_the_cuda_build(linear):
     onx, X, y = linear
     with pytest.raises(OrtBenchError, match="cuda"):
