@@ -64,6 +64,39 @@ def variadic(function) -> Op:
     return op
 
 
+def softmax(function, axis: str) -> Op:
+    """Softmax or LogSoftmax through a library's ``function``, whose keyword ``axis``
+    names the axis: over one axis from opset 13, over the flattened tail before."""
+
+    def op(node, x):
+        data = x[0]
+        if node.opset >= 13:
+            return [function(data, **{axis: node.get("axis", -1)})]
+        start = node.get("axis", 1) % data.ndim
+        flat = data.reshape(math.prod(data.shape[:start]), -1)
+        return [function(flat, **{axis: 1}).reshape(data.shape)]
+
+    return op
+
+
+def reduce(function, axis: str, keep: str) -> Op:
+    """ReduceSum or ReduceMean through a library's ``function``, whose keywords ``axis``
+    and ``keep`` take the axes (a tuple) and keepdims. ReduceSum takes its axes as an
+    input from opset 13, the others from opset 18."""
+
+    def op(node, x):
+        data = x[0]
+        axes = axis_argument(node, x, 1)
+        if not axes:
+            if node.get("noop_with_empty_axes", 0):
+                return [data]
+            axes = range(data.ndim)
+        axes = tuple(a % data.ndim for a in axes)
+        return [function(data, **{axis: axes, keep: bool(node.get("keepdims", 1))})]
+
+    return op
+
+
 def gemm(node: Node, x: list) -> list:
     """``Gemm`` with the array methods torch tensors and jax arrays share."""
     a = x[0].T if node.get("transA", 0) else x[0]

@@ -10,7 +10,6 @@ static under ``jit``. Importing this module imports jax (an optional dependency)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import jax
@@ -28,7 +27,9 @@ from .graph_interpreter import (
     constant_array,
     flatten,
     gemm,
+    reduce,
     reshape,
+    softmax,
     unary,
     variadic,
 )
@@ -46,18 +47,6 @@ _DTYPES = {
 
 def _refusal(node: Node, what: str) -> OrtBenchError:
     return OrtBenchError(f"jax runs no {what} (node {node.proto.name!r})")
-
-
-def _softmax(function) -> Op:
-    def op(node, x):
-        data = x[0]
-        if node.opset >= 13:
-            return [function(data, axis=node.get("axis", -1))]
-        axis = node.get("axis", 1) % data.ndim  # older opsets: over the flattened tail
-        flat = data.reshape(math.prod(data.shape[:axis]), -1)
-        return [function(flat, axis=1).reshape(data.shape)]
-
-    return op
 
 
 def _spatial(node, rank: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
@@ -130,20 +119,6 @@ def _transpose(node, x):
     return [jnp.transpose(x[0], perm)]
 
 
-def _reduce(function) -> Op:
-    def op(node, x):
-        data = x[0]
-        axes = axis_argument(node, x, 1)
-        if not axes:
-            if node.get("noop_with_empty_axes", 0):
-                return [data]
-            axes = list(range(data.ndim))
-        axes = tuple(a % data.ndim for a in axes)
-        return [function(data, axis=axes, keepdims=bool(node.get("keepdims", 1)))]
-
-    return op
-
-
 def _unsqueeze(node, x):
     return [jnp.expand_dims(x[0], tuple(axis_argument(node, x, 1)))]
 
@@ -177,18 +152,18 @@ OPS: dict[str, Op] = {
     "Identity": lambda node, x: [x[0]],
     "LayerNormalization": _layer_norm,
     "Log": unary(jnp.log),
-    "LogSoftmax": _softmax(jax.nn.log_softmax),
+    "LogSoftmax": softmax(jax.nn.log_softmax, "axis"),
     "MatMul": binary(jnp.matmul),
     "MaxPool": _max_pool,
     "Mul": binary(jnp.multiply),
     "Neg": unary(jnp.negative),
-    "ReduceMean": _reduce(jnp.mean),
-    "ReduceSum": _reduce(jnp.sum),
+    "ReduceMean": reduce(jnp.mean, "axis", "keepdims"),
+    "ReduceSum": reduce(jnp.sum, "axis", "keepdims"),
     "Relu": unary(jax.nn.relu),
     "Reshape": reshape,
     "Shape": lambda node, x: [np.array(x[0].shape[node.get("start", 0) : node.get("end")])],
     "Sigmoid": unary(jax.nn.sigmoid),
-    "Softmax": _softmax(jax.nn.softmax),
+    "Softmax": softmax(jax.nn.softmax, "axis"),
     "Sqrt": unary(jnp.sqrt),
     "Squeeze": _squeeze,
     "Sub": binary(jnp.subtract),

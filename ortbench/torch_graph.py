@@ -28,7 +28,9 @@ from .graph_interpreter import (
     flatten,
     gemm,
     ints,
+    reduce,
     reshape,
+    softmax,
     unary,
     variadic,
 )
@@ -52,18 +54,6 @@ def _div(node, x):
     if not a.is_floating_point() and not b.is_floating_point():
         return [torch.div(a, b, rounding_mode="trunc")]
     return [a / b]
-
-
-def _softmax(function) -> Op:
-    def op(node, x):
-        data = x[0]
-        if node.opset >= 13:
-            return [function(data, dim=node.get("axis", -1))]
-        axis = node.get("axis", 1) % data.dim()  # older opsets: over the flattened tail
-        flat = data.reshape(math.prod(data.shape[:axis]), -1)
-        return [function(flat, dim=1).reshape(data.shape)]
-
-    return op
 
 
 def _pads(node, rank: int) -> tuple[list[int], list[int]]:
@@ -249,21 +239,6 @@ def _unsqueeze(node, x):
     return [data]
 
 
-def _reduce(function) -> Op:
-    def op(node, x):
-        data = x[0]
-        # ReduceSum takes its axes as an input from opset 13, the others from opset 18
-        axes = axis_argument(node, x, 1)
-        keep = bool(node.get("keepdims", 1))
-        if not axes:
-            if node.get("noop_with_empty_axes", 0):
-                return [data]
-            axes = list(range(data.dim()))
-        return [function(data, dim=[a % data.dim() for a in axes], keepdim=keep)]
-
-    return op
-
-
 def _shape(node, x):
     shape = list(x[0].shape)
     start, end = node.get("start", 0), node.get("end", len(shape))
@@ -351,7 +326,7 @@ OPS: dict[str, Op] = {
     "LeakyRelu": lambda node, x: [F.leaky_relu(x[0], node.get("alpha", 0.01))],
     "Less": binary(torch.lt),
     "Log": unary(torch.log),
-    "LogSoftmax": _softmax(torch.log_softmax),
+    "LogSoftmax": softmax(torch.log_softmax, "dim"),
     "MatMul": binary(torch.matmul),
     "Max": variadic(torch.maximum),
     "MaxPool": _max_pool,
@@ -362,14 +337,14 @@ OPS: dict[str, Op] = {
     "Not": unary(torch.logical_not),
     "Pow": _pow,
     "Reciprocal": unary(torch.reciprocal),
-    "ReduceMean": _reduce(torch.mean),
-    "ReduceSum": _reduce(torch.sum),
+    "ReduceMean": reduce(torch.mean, "dim", "keepdim"),
+    "ReduceSum": reduce(torch.sum, "dim", "keepdim"),
     "Relu": unary(torch.relu),
     "Reshape": reshape,
     "Shape": _shape,
     "Sigmoid": unary(torch.sigmoid),
     "Slice": _slice,
-    "Softmax": _softmax(torch.softmax),
+    "Softmax": softmax(torch.softmax, "dim"),
     "Split": _split,
     "Sqrt": unary(torch.sqrt),
     "Squeeze": _squeeze,

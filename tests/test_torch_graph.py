@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
 from torch_modules import NETWORKS, export, network  # noqa: E402
@@ -47,3 +48,49 @@ def test_an_operator_the_runner_lacks_is_named_with_its_node():
     node = next(n for n in model.graph.node if n.op_type == "Erf")
     node.op_type = "Erfc"
     assert unsupported(model, ["Y"]) == f"torch runs no ONNX operator Erfc (node {node.name!r})"
+
+
+#: Softmax before and from opset 13 (flattened tail, one axis) and the reductions' forms:
+#: (operator, opset, attributes, axes given as an input).
+SHARED_OPERATORS = [
+    ("Softmax", 11, {"axis": 1}, None),
+    ("LogSoftmax", 11, {}, None),
+    ("Softmax", 13, {"axis": 1}, None),
+    ("ReduceSum", 13, {"keepdims": 0}, None),
+    ("ReduceSum", 13, {"noop_with_empty_axes": 1}, None),
+    ("ReduceSum", 13, {}, [-1, 0]),
+    ("ReduceMean", 17, {"axes": [-1]}, None),
+    ("ReduceMean", 18, {"keepdims": 0}, [0, 2]),
+]
+
+
+@pytest.mark.parametrize("library", ["torch", "jax"])
+@pytest.mark.parametrize("op, opset, attributes, axes", SHARED_OPERATORS)
+def test_both_runners_read_softmax_and_reductions_as_onnxruntime_does(
+    library, op, opset, attributes, axes
+):
+    inputs = ["X"] if axes is None else ["X", "axes"]
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["Y"], **attributes)],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [] if axes is None else [numpy_helper.from_array(np.array(axes, np.int64), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    # onnxruntime 1.19 refuses ReduceSum's no-op form: the spec makes it the identity
+    noop = attributes.get("noop_with_empty_axes")
+    expected = x if noop else session.run(None, {"X": x})[0]
+    if library == "torch":
+        output = TorchGraph(model, ["Y"])(torch.from_numpy(x))[0].numpy()
+    else:
+        pytest.importorskip("jax")
+        from ortbench.jax_graph import JaxGraph
+
+        output = np.asarray(JaxGraph(model, ["Y"], []).apply([], x)[0])
+    assert output.shape == expected.shape
+    np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-6)
