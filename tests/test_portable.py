@@ -271,13 +271,32 @@ def test_portable_full_trainer_follows_scikit_learn(learning_rate, momentum, reg
     )
     state = model.fit(X, y).get_state()
     graphs = saved_graphs(model, tmp_path)
-    assert {n.domain for n in graphs["fused_step"].graph.node} <= {""}
+    assert {n.domain for graph in graphs.values() for n in graph.graph.node} <= {""}
     for name, w0, w1 in zip(ortbench_names(len(start) // 2), start, end):
         expected = w1 - w0
         got = state[name] - w0.reshape(state[name].shape)
         np.testing.assert_allclose(
             got.ravel(), expected.ravel(), rtol=1e-5, atol=1e-5 * np.abs(expected).max()
         )
+
+
+def test_portable_momentum_on_cpu_is_a_step_run_then_the_stacked_update(regression, mlp_onnx):
+    """The steps go to the stacked buffers' step row, and the update reads the weight,
+    state and step rows in two matrix products: no flat copy of the steps, two runs a
+    step, no new OrtValue."""
+    from ortbench.bench.counters import count_runtime
+
+    X, y = regression
+    rate = LearningRateSGDNesterov(0.01, learning_rate="constant")
+    trainer = FullTrainer(mlp_onnx, backend="portable", learning_rate=rate, batch_size=16)
+    trainer.set_params(max_iter=1).fit(X, y)
+    graphs = trainer._steps.graphs
+    assert [n.op_type for n in graphs["update"].graph.node] == ["Gemm", "Gemm"]
+    assert "Concat" not in {n.op_type for n in graphs["train_step"].graph.node}
+    with count_runtime(trainer) as counts:
+        trainer.set_params(warm_start=True, max_iter=2).fit(X, y)
+    assert counts.runs == 2 * counts.steps == 2 * 2 * 8  # 120 rows, batches of 16
+    assert counts.ortvalues == 0
 
 
 @pytest.mark.training_build

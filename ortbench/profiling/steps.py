@@ -18,6 +18,7 @@ PHASES = {
     "FullTrainer_train_step": ("forward, loss and backward",),
     "FullTrainer_optimizer": ("update",),
     "FullTrainer_fused_step": ("forward, loss, backward and update",),
+    "FullTrainer_update": ("update",),
 }
 
 

@@ -145,7 +145,10 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
             options = DerivativeOptions.KeepOutputs | DerivativeOptions.FillGrad
             gradient = onnx_derivative(with_loss, self.weights_, inputs=[], options=options)
             onnx.save_model(gradient, self.saved_gradient)
-            training = self._graphs().get("training_model") or self._graphs()["fused_step"]
+            graphs = self._graphs()
+            training = (
+                graphs.get("training_model") or graphs.get("fused_step") or graphs["train_step"]
+            )
             with open(f"{self.saved_gradient}.training.onnx", "wb") as f:
                 f.write(training if isinstance(training, bytes) else training.SerializeToString())
 

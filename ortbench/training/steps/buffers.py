@@ -107,6 +107,26 @@ class WeightBuffers:
         reads (s0, e), parity 1 reads (e, s1)."""
         return [np.array([[c_s, c_e]], np.float32), np.array([[c_e, c_s]], np.float32)]
 
+    def bind_stacked_updates(
+        self, session: capi.InferenceSession, c_s: float, c_e: float
+    ) -> list[capi.Binding]:
+        """The momentum update over the stacked rows (the graph of
+        ``BaseLearningRate.build_stacked_function``), bound for parity 0 and for parity 1:
+        each reads its parity's weight and state and the step row, and writes the other
+        parity's. ``(c_s, c_e)`` are the rate's state coefficients."""
+        bindings = []
+        self._coefficients = self.stacked_coefficients(c_s, c_e)  # the bindings view them
+        for src, coefficients in enumerate(self._coefficients):
+            rows, state_rows, new_weight, new_state = self.stacked[src]
+            binding = capi.Binding(session)
+            binding.bind_input("weight_state_step", rows)
+            binding.bind_input("state_step", state_rows)
+            binding.bind_input("state_coefficients", self._value(coefficients))
+            binding.bind_output("weight_new", new_weight)
+            binding.bind_output("state_new", new_state)
+            bindings.append(binding)
+        return bindings
+
     def _host(self, array: np.ndarray) -> np.ndarray:
         self._hosts.append(array)
         return array

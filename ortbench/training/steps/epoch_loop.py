@@ -77,7 +77,7 @@ def epoch_loop_graph(
         a state. Outputs: ``<w>_after`` for each weight, ``state_after`` (flat) with a
         state, then ``losses``, the loss of each batch before its update.
     """
-    step = fused_step_graph(with_loss, {w: [w] for w in weights}, rate, loss_name)
+    step = fused_step_graph(with_loss, weights, rate, loss_name)
     body = step.graph
     opset = next(o.version for o in step.opset_import if o.domain in ("", "ai.onnx"))
     inputs = {i.name: i for i in body.input}

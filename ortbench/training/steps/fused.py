@@ -1,11 +1,12 @@
-"""Full training in one graph of standard operators (the portable backend).
+"""Full training on graphs of standard operators (the portable backend).
 
-The model with its loss, the loss's gradient with respect to every weight (built by
-:mod:`ortbench.training.gradients.portable`) and the learning rate's update are one ONNX graph, so a
-step is one onnxruntime run on any onnxruntime build, and momentum (which the on-device
-API's optimizers lack) is just more nodes of the same graph. Weights and optimizer states
-are double-buffered (:class:`WeightBuffers`): the run reads one parity and writes the
-other, and every binding is made once per batch and parity before the first step.
+The model with its loss and the loss's gradient with respect to every weight (built by
+:mod:`ortbench.training.gradients.portable`) are one ONNX graph, which runs on any
+onnxruntime build; the learning rate's update is more nodes of the same graph, or with
+momentum on CPU a second small graph (see :class:`FusedSteps`). Momentum, which the
+on-device API's optimizers lack, is just nodes too. Weights and optimizer states are
+double-buffered (:class:`WeightBuffers`): a step reads one parity and writes the other,
+and every binding is made once per batch and parity before the first step.
 """
 
 from __future__ import annotations
@@ -27,50 +28,48 @@ from ..runtime import capi
 from ..runtime.devices import ScalarInput, cpu_scalar
 from ..runtime.sessions import SessionMaker
 from .batches import Batch, BatchLoader
-from .buffers import DoubleBufferedSteps, WeightBuffers, flat_width
+from .buffers import DoubleBufferedSteps, WeightBuffers
+
+
+def step_graph(with_loss: onnx.ModelProto, weights: list[str], loss_name: str) -> onnx.ModelProto:
+    """Forward, loss and backward as one graph, whose gradients come out as the steps.
+
+    The loss's gradient is seeded with the step factor instead of 1, so every gradient
+    comes out as the step itself: no ``Mul`` per weight.
+    Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``, then
+    ``step_scale`` (scalar, the rate's step factor, -lr for SGD).
+    Outputs: ``<w>_grad`` for each weight (the step ``e``), then the loss of the batch.
+    """
+    model = weights_as_inputs(with_loss, weights)
+    return vjp_graph(model, weights, seeds={loss_name: "step_scale"})
 
 
 def fused_step_graph(
     with_loss: onnx.ModelProto,
-    groups: dict[str, list[str]],
+    weights: list[str],
     rate: BaseLearningRate,
     loss_name: str,
 ) -> onnx.ModelProto:
-    """One training step as one graph.
+    """One training step as one graph: :func:`step_graph` and the rate's update of each
+    weight.
 
-    ``groups`` maps each tensor the update writes to the weights it holds: one flat
-    tensor for every weight on CPU (their per-weight inputs view it, and it ends with zero
-    padding to whole cache lines), or each weight alone.
-    Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``,
-    ``step_scale`` (scalar, the rate's step factor, -lr for SGD), each flat group ``<g>``
-    (when it is not a weight itself), then ``<g>_state`` when the rate keeps a state.
-    Outputs: ``<g>_new`` (and ``<g>_state_new``) for each group, then the loss of the
+    Without a state the update ``w + e`` is a ``Sum``, which onnxruntime folds into the
+    ``Gemm`` computing a coefficient's step.
+    Inputs: those of :func:`step_graph`, then ``<w>_state`` for each weight when the rate
+    keeps a state.
+    Outputs: ``<w>_new`` (and ``<w>_state_new``) for each weight, then the loss of the
     batch (before the update).
     """
-    weights = [w for names in groups.values() for w in names]
-    # the loss's gradient is seeded with the step factor instead of 1, so every gradient
-    # comes out as the step itself: no Mul per group (per weight in the epoch loop)
-    model = weights_as_inputs(with_loss, weights)
-    step = vjp_graph(model, weights, seeds={loss_name: "step_scale"})
+    step = step_graph(with_loss, weights, loss_name)
     opset = next((o.version for o in step.opset_import if o.domain in ("", "ai.onnx")), 21)
     b = GraphBuilder("update", opset=opset, prefix="update_")
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in step.graph.input}
     outputs = []
-    for group, names in groups.items():
-        if names == [group]:
-            weight, grad, shape = group, f"{group}_grad", shapes[group]
-        else:  # one flat update: per-weight nodes would each cost a kernel launch
-            size = int(sum(np.prod(shapes[n]) for n in names))
-            shape = [flat_width(size)]
-            weight = b.input(group, shape)
-            flat = [b.op("Reshape", f"{n}_grad", b.const([-1], np.int64)) for n in names]
-            if shape[0] > size:  # the flat tensor's zero padding (see buffers.py)
-                flat.append(b.const(np.zeros(shape[0] - size)))
-            grad = b.op("Concat", *flat, axis=0)
-        states = [b.input(f"{group}_state", shape)] if rate.n_states else []
-        new_weight, new_states = rate.update_nodes(b, weight, grad, states)
-        outputs.append(b.rename(new_weight, f"{group}_new"))
-        outputs += [b.rename(s, f"{group}_state_new") for s in new_states]
+    for weight in weights:
+        states = [b.input(f"{weight}_state", shapes[weight])] if rate.n_states else []
+        new_weight, new_states = rate.update_nodes(b, weight, f"{weight}_grad", states)
+        outputs.append(b.rename(new_weight, f"{weight}_new"))
+        outputs += [b.rename(s, f"{weight}_state_new") for s in new_states]
     graph = step.graph
     graph.input.extend(b.inputs)
     graph.initializer.extend(b.initializers)
@@ -146,8 +145,18 @@ class OneGraphSteps(DoubleBufferedSteps):
 
 
 class FusedSteps(OneGraphSteps):
-    """Training steps of a model that outputs its loss, one fused run each (the parameters
-    of :class:`OneGraphSteps`)."""
+    """Training steps of a model that outputs its loss (the parameters of
+    :class:`OneGraphSteps`).
+
+    Without a state, a step is one fused run and each weight is its own group: a
+    coefficient's update then folds into the ``Gemm`` that computes its step. With momentum
+    on CPU, a step is two runs: :func:`step_graph` writes the steps into the step row of the
+    stacked buffers (see :mod:`.buffers`), then the momentum update reads each of the
+    weight, state and step rows once (two matrix-vector products). Fused, that update
+    would first copy every step into one flat tensor and then pass over it several times,
+    each pass a node (figures in ``benchmarks/README.md``). On CUDA each weight is its own
+    group, state included, in one fused run.
+    """
 
     def __init__(
         self,
@@ -159,15 +168,22 @@ class FusedSteps(OneGraphSteps):
         loss_name: str,
     ):
         super().__init__(with_loss, weights, rate, sessions, feeds, loss_name)
-        # without a state each weight is its own group: a coefficient's update then folds
-        # into the Gemm that computes its step, where a flat update would first copy every
-        # step into one tensor; a momentum update keeps the buffers' groups, as its nodes
-        # per group would cost more than that copy (benchmarks/README.md)
-        per_weight = {w: [w] for w in weights}
-        self._groups = self._buffers.groups if rate.n_states else per_weight
-        model = fused_step_graph(with_loss, self._groups, rate, loss_name)
-        self.graphs = {"fused_step": model}
-        self._session = sessions.session(fit_runtime(model).SerializeToString(), "fused_step")
+        buffers = self._buffers
+        self._stacked = buffers.has_state and buffers.on_cpu
+        if self._stacked:
+            model = step_graph(with_loss, weights, loss_name)
+            (size,) = buffers.group_shapes["weights"]
+            update = rate.build_stacked_function(size)
+            self.graphs = {"train_step": model, "update": update}
+            self._session = sessions.session(fit_runtime(model).SerializeToString(), "train_step")
+            update_session = sessions.session(
+                fit_runtime(update).SerializeToString(), "update", one_thread=True
+            )
+            self._updates = buffers.bind_stacked_updates(update_session, *rate.state_coefficients())
+        else:
+            model = fused_step_graph(with_loss, weights, rate, loss_name)
+            self.graphs = {"fused_step": model}
+            self._session = sessions.session(fit_runtime(model).SerializeToString(), "fused_step")
         self._loss_out = np.zeros((), dtype=np.float32)
 
     def start_fit(self, loader: BatchLoader) -> None:
@@ -179,34 +195,39 @@ class FusedSteps(OneGraphSteps):
         ]
 
     def _bind(self, batch: Batch, src: int) -> capi.Binding:
-        """The fused run over ``batch`` reading parity ``src`` and writing the other one."""
+        """The run over ``batch`` reading the weights of parity ``src``: the fused step
+        writes the other parity, the stacked steps' first run writes the step row."""
         buffers, dst = self._buffers, 1 - src
         binding = capi.Binding(self._session)
         for name, value in zip(self._data_inputs, self._feeds(batch)):
             binding.bind_input(name, value)
         binding.bind_input("step_scale", self._step_scale.value)
-        for name, value in zip(self.weights, buffers.weights[src]):
-            binding.bind_input(name, value)  # views of the flat buffers on CPU
         binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
-        if self._groups is not buffers.groups:  # each weight its own group
-            for name, value in zip(self.weights, buffers.weights[dst]):
-                binding.bind_output(f"{name}_new", value)
-            return binding
-        for i, (group, names) in enumerate(buffers.groups.items()):
-            if names != [group]:
-                binding.bind_input(group, buffers.group_weights[src][i])
-            binding.bind_output(f"{group}_new", buffers.group_weights[dst][i])
+        for i, name in enumerate(self.weights):
+            binding.bind_input(name, buffers.weights[src][i])  # views of the flat buffers on CPU
+            if self._stacked:
+                binding.bind_output(f"{name}_grad", buffers.grads[i])
+                continue
+            binding.bind_output(f"{name}_new", buffers.weights[dst][i])
             if buffers.has_state:
-                binding.bind_input(f"{group}_state", buffers.states[src][i])
-                binding.bind_output(f"{group}_state_new", buffers.states[dst][i])
+                binding.bind_input(f"{name}_state", buffers.states[src][i])
+                binding.bind_output(f"{name}_state_new", buffers.states[dst][i])
         return binding
 
     def run_epoch(self) -> float:
         """Train on every staged batch; return the epoch's loss (mean over samples)."""
         parity, total, out = self._parity, 0.0, self._loss_out
-        for runs, length in self._records:
-            runs[parity].run()
-            parity = 1 - parity
-            total += float(out) * length
+        if self._stacked:
+            updates = self._updates
+            for runs, length in self._records:
+                runs[parity].run()
+                updates[parity].run()
+                parity = 1 - parity
+                total += float(out) * length
+        else:
+            for runs, length in self._records:
+                runs[parity].run()
+                parity = 1 - parity
+                total += float(out) * length
         self._parity = parity
         return total / self._n_samples

@@ -99,9 +99,7 @@ class LossUpdateSteps(DoubleBufferedSteps):
         self._loss_out = np.zeros((), dtype=np.float32)
         self._penalty_out = np.zeros((), dtype=np.float32)
         if stacked:
-            # the OrtValues view these arrays, which must outlive them
-            self._coefficients = buffers.stacked_coefficients(*rate.state_coefficients())
-            self._updates = [self._bind_stacked_update(update, p) for p in (0, 1)]
+            self._updates = buffers.bind_stacked_updates(update, *rate.state_coefficients())
         else:
             self._updates = [self._bind_update(update, update_model, p) for p in (0, 1)]
         self._parity = 0
@@ -110,17 +108,6 @@ class LossUpdateSteps(DoubleBufferedSteps):
     def _build_passes(self, static: onnx.ModelProto, sessions: SessionMaker) -> dict:
         """Build forward and backward; return their graphs by name."""
         raise NotImplementedError
-
-    def _bind_stacked_update(self, session, src: int) -> capi.Binding:
-        """The momentum update over the stacked rows, reading parity ``src``."""
-        rows, state_rows, new_weight, new_state = self._buffers.stacked[src]
-        binding = capi.Binding(session)
-        binding.bind_input("weight_state_step", rows)
-        binding.bind_input("state_step", state_rows)
-        binding.bind_input("state_coefficients", cpu_scalar(self._coefficients[src]))
-        binding.bind_output("weight_new", new_weight)
-        binding.bind_output("state_new", new_state)
-        return binding
 
     def _bind_update(self, session, model: onnx.ModelProto, src: int) -> capi.Binding:
         """The update reading parity ``src`` and writing the other one."""
