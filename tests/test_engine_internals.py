@@ -124,6 +124,56 @@ def test_pools_spin_unless_two_large_sessions_take_turns(backend, large, spinnin
     assert session_settings(model._steps._loss_session)[0] == 1
 
 
+def test_the_l2_cache_size_is_what_getconf_reads():
+    import shutil
+    import subprocess
+
+    from ortbench.training.runtime.sessions import l2_cache_bytes
+
+    if shutil.which("getconf") is None:
+        pytest.skip("no getconf")
+    out = subprocess.run(["getconf", "LEVEL2_CACHE_SIZE"], capture_output=True, text=True)
+    if out.returncode or not out.stdout.strip().isdigit() or int(out.stdout) <= 0:
+        pytest.skip("getconf does not know the L2 cache size here")
+    assert l2_cache_bytes() == int(out.stdout)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "backend"),
+    [
+        (FullTrainer, "portable"),
+        (ForwardBackwardTrainer, "portable"),
+        pytest.param(ForwardBackwardTrainer, "ort-training", marks=pytest.mark.training_build),
+    ],
+)
+def test_the_stacked_update_takes_the_pool_where_its_rows_outgrow_one_cache(
+    trainer, backend, monkeypatch, regression, mlp_onnx
+):
+    """With 'auto', a step on one thread and the update's five rows of floats larger than
+    one core's L2 cache: the update on the pool. Else, or with threads given: one thread."""
+    from ortbench.training.estimators import params
+
+    X, y = regression
+    values = sum(w.size for w in trainer(mlp_onnx).initial_state().values())
+    rows = params.STACKED_ROWS * 4 * values
+
+    def update_threads(l2, **settings):
+        monkeypatch.setattr(params, "l2_cache_bytes", lambda: l2)
+        settings = dict(dict(batch_size=1, intra_op_threads="auto"), **settings)
+        rate = LearningRateSGDNesterov(0.01)
+        model = trainer(mlp_onnx, learning_rate=rate, backend=backend, max_iter=1, **settings)
+        return session_settings(model.fit(X, y)._steps._update_session)[0]
+
+    assert update_threads(rows - 1) == 0  # the pool
+    assert update_threads(rows) == 1
+    assert update_threads(None) == 1  # the cache size is unknown
+    assert update_threads(rows - 1, intra_op_threads=1) == 1
+    assert update_threads(rows - 1, intra_op_threads=None) == 1
+    monkeypatch.setattr(params, "ONE_THREAD_WORK", 1)
+    monkeypatch.setattr(params, "TWO_POOLS_ONE_THREAD_WORK", 1)
+    assert update_threads(rows - 1) == 1  # the step itself on the pool
+
+
 @pytest.mark.training_build
 @pytest.mark.parametrize(
     ("trainer", "graph_name"),

@@ -40,7 +40,9 @@ intra_op_threads : 'auto', int or None, default='auto'
     ``TWO_POOLS_ONE_THREAD_WORK`` for the portable forward/backward steps) on one
     thread and larger ones on onnxruntime's default pool, None that pool at any size.
     Pool threads spin between kernels, but in the portable forward/backward steps; the
-    small loss and update sessions always run on one thread.""",
+    small loss and update sessions run on one thread, but with ``'auto'`` the momentum
+    update takes the pool where the step runs on one thread and the update's rows (five
+    floats per trained value) outgrow one core's L2 cache.""",
     "attributes": """\
 model_ : onnx.ModelProto
     The model as trained (linear nodes rewritten).

@@ -167,8 +167,13 @@ class FitLoop:
     def _build_around(self, state, optimizer_state) -> None:
         """Build the graphs and sessions, then load weights and optimizer state into them."""
         spinning = self._steps_class().large_sessions == 1
+        threads = self._choose_threads()
         self._sessions = SessionMaker(
-            self.device, self._choose_threads(), type(self).__name__, spinning
+            self.device,
+            threads,
+            type(self).__name__,
+            spinning,
+            update_threads=self._choose_update_threads(threads),
         )
         quiet_logs()
         self._build()

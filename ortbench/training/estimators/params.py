@@ -15,6 +15,7 @@ from ..errors import NotFittedTrainerError, OrtBenchError
 from ..gradients.derivative import choose_backend
 from ..learning_rates import BaseLearningRate, LearningRateSGD
 from ..runtime.devices import check_device
+from ..runtime.sessions import l2_cache_bytes
 
 #: Steps below this much work (batch size x trained values, about the multiply-adds of a
 #: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``, above it on
@@ -28,6 +29,11 @@ ONE_THREAD_WORK = 2**19
 #: threads would hold the cores the other pool's kernels need, and a pool that does not
 #: spin wins only from larger steps.
 TWO_POOLS_ONE_THREAD_WORK = 2**23
+
+
+#: The rows of the stacked momentum update: weight and state of both parities, and the step
+#: (see :mod:`ortbench.training.steps.buffers`).
+STACKED_ROWS = 5
 
 
 class TrainerParams(BaseEstimator):
@@ -53,17 +59,30 @@ class TrainerParams(BaseEstimator):
             )
         (rate or LearningRateSGD()).check()
 
+    def _trained_values(self) -> int:
+        inits = self.model_.graph.initializer
+        return sum(int(np.prod(i.dims)) for i in inits if i.name in self.weights_)
+
     def _choose_threads(self) -> int | None:
         threads = self.intra_op_threads
         if threads == "auto":
-            inits = self.model_.graph.initializer
-            values = sum(int(np.prod(i.dims)) for i in inits if i.name in self.weights_)
             pools = self._steps_class().large_sessions
             limit = ONE_THREAD_WORK if pools == 1 else TWO_POOLS_ONE_THREAD_WORK
-            return 1 if self.batch_size * values < limit else None
+            return 1 if self.batch_size * self._trained_values() < limit else None
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
         return threads
+
+    def _choose_update_threads(self, threads: int | None) -> int | None:
+        """The stacked momentum update's threads, given the step's: one, but with
+        ``'auto'`` the pool where the step runs on one thread and the update's rows
+        (:data:`STACKED_ROWS` floats per trained value) outgrow one core's L2 cache, so
+        that the cores' caches hold them together."""
+        if self.intra_op_threads != "auto" or threads != 1:
+            return 1
+        l2 = l2_cache_bytes()
+        rows = STACKED_ROWS * 4 * self._trained_values()
+        return None if l2 is not None and rows > l2 else 1
 
     #: Hyper-parameters that do not change the graphs: a warm start keeps them built.
     _RUN_PARAMS = frozenset(

@@ -74,12 +74,16 @@ class SessionMaker:
         profile file and its phases in ``steps.md``.
     spinning : bool
         Whether the pools' threads spin between kernels (see :func:`session_options`).
+    update_threads : int or None
+        Intra-op threads of the stacked momentum update's session (None: the pool).
     """
 
     device: str
     threads: int | None
     owner: str
     spinning: bool = True
+    #: Intra-op threads of the stacked momentum update (see :meth:`update_session`).
+    update_threads: int | None = 1
 
     def options(self, label: str, one_thread: bool = False) -> onnxruntime.SessionOptions:
         """The options of the session ``label`` (see :func:`session_options`).
@@ -105,6 +109,29 @@ class SessionMaker:
         """A C-level session over the serialized ``model``, labelled ``label`` (see
         :meth:`options` for ``one_thread``)."""
         return capi.make_session(model, self.options(label, one_thread), self.providers)
+
+    def update_session(self, model: bytes) -> capi.InferenceSession:
+        """The session of the stacked momentum update (``model`` serialized), labelled
+        ``update``, on ``update_threads``."""
+        options = session_options(self.update_threads, f"{self.owner}_update", self.spinning)
+        return capi.make_session(model, options, self.providers)
+
+
+def l2_cache_bytes() -> int | None:
+    """The size of one core's level-2 cache, as Linux reports it; None where unknown."""
+    folder = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, index, "level")) as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(os.path.join(folder, index, "size")) as f:
+                size = f.read().strip()
+            units = {"K": 2**10, "M": 2**20}
+            return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 @contextlib.contextmanager

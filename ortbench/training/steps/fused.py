@@ -176,10 +176,9 @@ class FusedSteps(OneGraphSteps):
             update = rate.build_stacked_function(size)
             self.graphs = {"train_step": model, "update": update}
             self._session = sessions.session(fit_runtime(model).SerializeToString(), "train_step")
-            update_session = sessions.session(
-                fit_runtime(update).SerializeToString(), "update", one_thread=True
-            )
-            self._updates = buffers.bind_stacked_updates(update_session, *rate.state_coefficients())
+            self._update_session = sessions.update_session(fit_runtime(update).SerializeToString())
+            coefficients = rate.state_coefficients()
+            self._updates = buffers.bind_stacked_updates(self._update_session, *coefficients)
         else:
             model = fused_step_graph(with_loss, weights, rate, loss_name)
             self.graphs = {"fused_step": model}

@@ -90,9 +90,12 @@ class LossUpdateSteps(DoubleBufferedSteps):
             update_model = rate.build_onnx_function(
                 buffers.group_shapes, penalty, buffers.penalty_masks
             )
-        update = sessions.session(
-            fit_runtime(update_model).SerializeToString(), "update", one_thread=True
-        )
+        serialized = fit_runtime(update_model).SerializeToString()
+        if stacked:
+            update = sessions.update_session(serialized)
+        else:
+            update = sessions.session(serialized, "update", one_thread=True)
+        self._update_session = update
         self.graphs = {**graphs, "loss": loss_model, "update": update_model}
         self._rate = rate
         self._step_scale = ScalarInput(sessions.ort_device)
