@@ -83,7 +83,8 @@ def fused_step_graph(
 class FusedStep(NamedTuple):
     """What one step of :class:`FusedSteps` runs over one staged batch."""
 
-    #: The fused run reading the weights of parity 0, then the one reading parity 1.
+    #: The run over the batch reading the weights of parity 0, then the one reading parity 1
+    #: (the fused step, or the stacked steps' step run, which the update run follows).
     runs: tuple[capi.Binding, capi.Binding]
     #: The batch's real rows (the last batch may be padded).
     length: int
