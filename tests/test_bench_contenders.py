@@ -214,14 +214,15 @@ def test_counters_count_runs_and_new_ortvalues():
         pytest.param("ort-fwbw-nesterov", 4, marks=pytest.mark.training_build),
         ("ort-portable-full", 1),
         ("ort-portable-fwbw", 4),
-        ("ort-portable-nesterov", 1),
+        ("ort-portable-nesterov", 2),
         ("ort-portable-loop", 1 / 10),
     ],
 )
 def test_engine_steps_cost_what_the_engine_documents(name, runs):
-    """Full training: train step + optimizer step; forward/backward: forward, loss,
-    backward, update; the epoch loop: one run per epoch (10 steps of 16 training rows). All preallocate
-    every buffer a step touches."""
+    """Full training: train step + optimizer step (the portable step: one fused run, two
+    with momentum); forward/backward: forward, loss, backward, update; the epoch loop: one
+    run per epoch (10 steps of 16 training rows). All preallocate every buffer a step
+    touches."""
     problem = problem_of("mlp", "diabetes")
     counts = make_contender(name, problem, 16).fit(1).runtime_counts()
     assert counts.steps == problem.steps_per_epoch(16)

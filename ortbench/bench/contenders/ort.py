@@ -180,7 +180,8 @@ class OrtPortableFull(OrtContender):
 
 
 class OrtPortableNesterov(OrtPortableFull):
-    """The portable fused step with Nesterov momentum (the on-device API has none)."""
+    """The portable step with Nesterov momentum (the on-device API has none): on CPU the
+    step graph, then the stacked momentum update."""
 
     name = "ort-portable-nesterov"
 
