@@ -2,8 +2,9 @@
 
 Two backends run the steps: ``'ort-training'`` the on-device training API
 (:mod:`ortbench.training.steps.on_device`, two runs per step, SGD or AdamW) and ``'portable'``
-one fused graph of standard operators (:mod:`ortbench.training.steps.fused`, one run per step,
-any onnxruntime build, momentum included).
+graphs of standard operators (:mod:`ortbench.training.steps.fused`, any onnxruntime build,
+momentum included): one fused run per step, or with momentum on CPU the step and then the
+momentum update over stacked rows.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ class FullTrainer(BaseTrainer):
 
     The loss is appended to the model as graph nodes (or is already one of its outputs);
     onnxruntime computes loss, gradients and update, on its on-device training API
-    (``backend='ort-training'``, two runs per step) or as one fused graph of standard
-    operators (``backend='portable'``, one run per step, any onnxruntime build).
+    (``backend='ort-training'``, two runs per step) or as graphs of standard operators
+    (``backend='portable'``, any onnxruntime build: one fused run per step, two with
+    momentum on CPU).
 
     Parameters
     ----------
