@@ -21,10 +21,18 @@ writes the other.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import onnx
 
 from ..errors import OrtBenchError
+from ..graphs.loading import fit_runtime
 from ..runtime import capi
+
+if TYPE_CHECKING:
+    from ..learning_rates import BaseLearningRate
+    from ..runtime.sessions import SessionMaker
 
 #: float32 values per 64-byte cache line.
 LINE = 16
@@ -107,16 +115,19 @@ class WeightBuffers:
         reads (s0, e), parity 1 reads (e, s1)."""
         return [np.array([[c_s, c_e]], np.float32), np.array([[c_e, c_s]], np.float32)]
 
-    def bind_stacked_updates(
-        self, session: capi.InferenceSession, c_s: float, c_e: float
-    ) -> list[capi.Binding]:
-        """The momentum update over the stacked rows (the graph of
-        ``BaseLearningRate.build_stacked_function``), bound for parity 0 and for parity 1:
-        each reads its parity's weight and state and the step row, and writes the other
-        parity's. ``(c_s, c_e)`` are the rate's state coefficients."""
+    def stacked_update(
+        self, rate: BaseLearningRate, sessions: SessionMaker
+    ) -> tuple[onnx.ModelProto, capi.InferenceSession, list[capi.Binding]]:
+        """The momentum update over the stacked rows (CPU, with a state): the rate's
+        ``build_stacked_function`` graph, its session (:meth:`SessionMaker.update_session`)
+        and its bindings for parity 0 and for parity 1. Each binding reads its parity's
+        weight and state and the step row, and writes the other parity's."""
+        (size,) = self.group_shapes["weights"]
+        model = rate.build_stacked_function(size)
+        session = sessions.update_session(fit_runtime(model).SerializeToString())
         bindings = []
-        self._coefficients = self.stacked_coefficients(c_s, c_e)  # the bindings view them
-        for src, coefficients in enumerate(self._coefficients):
+        self._coefficients = self.stacked_coefficients(*rate.state_coefficients())
+        for src, coefficients in enumerate(self._coefficients):  # the bindings view them
             rows, state_rows, new_weight, new_state = self.stacked[src]
             binding = capi.Binding(session)
             binding.bind_input("weight_state_step", rows)
@@ -125,7 +136,7 @@ class WeightBuffers:
             binding.bind_output("weight_new", new_weight)
             binding.bind_output("state_new", new_state)
             bindings.append(binding)
-        return bindings
+        return model, session, bindings
 
     def _host(self, array: np.ndarray) -> np.ndarray:
         self._hosts.append(array)

@@ -173,13 +173,9 @@ class FusedSteps(OneGraphSteps):
         self._stacked = buffers.has_state and buffers.on_cpu
         if self._stacked:
             model = step_graph(with_loss, weights, loss_name)
-            (size,) = buffers.group_shapes["weights"]
-            update = rate.build_stacked_function(size)
+            update, self._update_session, self._updates = buffers.stacked_update(rate, sessions)
             self.graphs = {"train_step": model, "update": update}
             self._session = sessions.session(fit_runtime(model).SerializeToString(), "train_step")
-            self._update_session = sessions.update_session(fit_runtime(update).SerializeToString())
-            coefficients = rate.state_coefficients()
-            self._updates = buffers.bind_stacked_updates(self._update_session, *coefficients)
         else:
             model = fused_step_graph(with_loss, weights, rate, loss_name)
             self.graphs = {"fused_step": model}

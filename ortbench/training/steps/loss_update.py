@@ -82,29 +82,25 @@ class LossUpdateSteps(DoubleBufferedSteps):
         self._loss_session = sessions.session(
             fit_runtime(loss_model).SerializeToString(), "loss", one_thread=True
         )
-        stacked = buffers.on_cpu and buffers.has_state and not penalty.is_active()
-        if stacked:
-            (size,) = buffers.group_shapes["weights"]
-            update_model = rate.build_stacked_function(size)
-        else:
-            update_model = rate.build_onnx_function(
-                buffers.group_shapes, penalty, buffers.penalty_masks
-            )
-        serialized = fit_runtime(update_model).SerializeToString()
-        if stacked:
-            update = sessions.update_session(serialized)
-        else:
-            update = sessions.session(serialized, "update", one_thread=True)
-        self._update_session = update
-        self.graphs = {**graphs, "loss": loss_model, "update": update_model}
         self._rate = rate
         self._step_scale = ScalarInput(sessions.ort_device)
         self._loss_out = np.zeros((), dtype=np.float32)
         self._penalty_out = np.zeros((), dtype=np.float32)
-        if stacked:
-            self._updates = buffers.bind_stacked_updates(update, *rate.state_coefficients())
+        if buffers.on_cpu and buffers.has_state and not penalty.is_active():
+            update_model, self._update_session, self._updates = buffers.stacked_update(
+                rate, sessions
+            )
         else:
-            self._updates = [self._bind_update(update, update_model, p) for p in (0, 1)]
+            update_model = rate.build_onnx_function(
+                buffers.group_shapes, penalty, buffers.penalty_masks
+            )
+            self._update_session = sessions.session(
+                fit_runtime(update_model).SerializeToString(), "update", one_thread=True
+            )
+            self._updates = [
+                self._bind_update(self._update_session, update_model, p) for p in (0, 1)
+            ]
+        self.graphs = {**graphs, "loss": loss_model, "update": update_model}
         self._parity = 0
         self._loader: BatchLoader | None = None
 
