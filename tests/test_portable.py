@@ -65,6 +65,7 @@ CASES = [
     ("LogSoftmax", [(3, 4)], {"axis": -1}, None),
     ("Exp", [(3, 4)], None, None),
     ("Log", [(3, 4)], None, None),
+    ("Reciprocal", [(3, 4)], None, None),
     ("Abs", [(3, 4)], None, None),
     ("Sqrt", [(3, 4)], None, None),
     ("Pow", [(3, 4), (1,)], None, None),
@@ -127,7 +128,7 @@ CASES = [
 
 
 def draw(op: str, shape) -> np.ndarray:
-    if op in ("Log", "Sqrt", "Pow", "Div", "BatchNormalization"):
+    if op in ("Log", "Sqrt", "Pow", "Div", "Reciprocal", "BatchNormalization"):
         return RNG.uniform(0.5, 2.0, shape).astype(np.float32)
     if op == "MaxPool":  # distinct values 0.05 apart: a step of eps never changes a maximum
         size = int(np.prod(shape))

@@ -32,6 +32,7 @@ from ..gradients.derivative import DerivativeOptions, onnx_derivative
 from ..losses import AbsoluteLearningLoss, ElasticLearningLoss
 from .behaviour import LOGGER
 from .classes import OrtGradientForwardBackwardOptimizer, OrtGradientOptimizer
+from .forward_backward import OrtGradientForwardBackward, OrtGradientForwardBackwardFunction
 from .functions import function_onnx_graph, get_supported_functions, unreduced_onnx_loss
 from .objects import (
     LearningRateSGD,
@@ -47,7 +48,11 @@ from .utils import (
     get_onnx_opset,
     get_train_initializer,
     proto_type_to_dtype,
+    rewrite_op_no_grad,
 )
+
+#: The seed's name of :func:`rewrite_op_no_grad` (a private name its users imported).
+_rewrite_op_no_grad = rewrite_op_no_grad
 
 __all__ = [
     "LOGGER",
@@ -58,6 +63,8 @@ __all__ = [
     "LearningRateSGD",
     "LearningRateSGDNesterov",
     "NegLogLearningLoss",
+    "OrtGradientForwardBackward",
+    "OrtGradientForwardBackwardFunction",
     "OrtGradientForwardBackwardOptimizer",
     "OrtDataLoader",
     "OrtGradientOptimizer",
@@ -70,5 +77,6 @@ __all__ = [
     "get_supported_functions",
     "get_train_initializer",
     "proto_type_to_dtype",
+    "rewrite_op_no_grad",
     "unreduced_onnx_loss",
 ]

@@ -14,6 +14,7 @@ from onnx import TensorProto, numpy_helper
 from sklearn.utils import check_random_state
 
 from ..errors import OrtBenchError
+from ..graphs.shapes import inferred_shapes
 from ..graphs.weights import trainable_initializers
 from ..runtime import capi
 from ..runtime.devices import ort_device, providers
@@ -108,6 +109,40 @@ def get_train_initializer(
         for init in onx.graph.initializer
         if init.name in names
     }
+
+
+def rewrite_op_no_grad(onx: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``onx`` where every ``Reciprocal(x)`` is ``Div(1, x)``.
+
+    The seed rewrote the operators onnxruntime-training could not differentiate then;
+    both gradient backends of ortbench differentiate ``Reciprocal`` now, so the rewrite is
+    kept for code that calls it (the seed named it ``_rewrite_op_no_grad``).
+
+    Parameters
+    ----------
+    onx : onnx.ModelProto
+        The model.
+
+    Returns
+    -------
+    onnx.ModelProto
+        The same computation without ``Reciprocal`` nodes.
+    """
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(onx)
+    nodes = [n for n in rewritten.graph.node if n.op_type == "Reciprocal"]
+    if not nodes:
+        return rewritten
+    _, types = inferred_shapes(rewritten)
+    for k, node in enumerate(nodes):
+        elem = types.get(node.input[0]) or TensorProto.FLOAT
+        one = numpy_helper.from_array(
+            np.ones(1, dtype=proto_type_to_dtype(elem)), f"{node.output[0]}_rewritten_one_{k}"
+        )
+        rewritten.graph.initializer.append(one)
+        node.op_type = "Div"
+        node.input[:] = [one.name, node.input[0]]
+    return rewritten
 
 
 class OrtDataLoader:

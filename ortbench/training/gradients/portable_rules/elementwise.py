@@ -117,6 +117,13 @@ def _exp(ctx, node, g):
     return [ctx.b.op("Mul", g[0], node.output[0])]
 
 
+@rule("Reciprocal")
+def _reciprocal(ctx, node, g):
+    # d/dx 1/x = -1/x^2 = -y^2
+    y = node.output[0]
+    return [ctx.b.op("Neg", ctx.b.op("Mul", g[0], ctx.b.op("Mul", y, y)))]
+
+
 @rule("Log")
 def _log(ctx, node, g):
     return [ctx.b.op("Div", g[0], node.input[0])]
