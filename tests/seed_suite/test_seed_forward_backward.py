@@ -12,7 +12,7 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sklearn.datasets import make_classification
-from sklearn.linear_model import LinearRegression, LogisticRegression
+from sklearn.linear_model import LogisticRegression
 
 from ortbench.training import OrtBenchError
 from ortbench.training.runtime import capi
