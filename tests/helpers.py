@@ -47,3 +47,12 @@ def sklearn_epoch(X, y, momentum, hidden=(6, 4)):
 def ortbench_names(n_layers):
     suffixes = [str(k) if k else "" for k in range(n_layers)]
     return [f"coefficient{s}" for s in suffixes] + [f"intercepts{s}" for s in suffixes]
+
+
+def weights_of(model) -> dict:
+    """A trainer's weights as arrays by name: what ``get_state()`` gives, or the seed's
+    forward/backward class's list of OrtValues by ``weights_`` order."""
+    state = model.get_state()
+    if isinstance(state, list):
+        return {name: value.numpy() for name, value in zip(model.weights_, state)}
+    return state

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-from helpers import cpu_build_only
+from helpers import cpu_build_only, weights_of
 from onnx import TensorProto, helper
 from skl2onnx import to_onnx
 from sklearn.base import clone
@@ -183,7 +183,7 @@ def test_unknown_convention_is_refused():
 def test_per_sample_losses(linear, regression, mlp_onnx):
     onx, X, y = linear
     model = _fwbw(onx, X, max_iter=1).fit(X, y)
-    predicted = _predict(X, model.get_state()["coef"], model.get_state()["intercept"])
+    predicted = _predict(X, weights_of(model)["coef"], weights_of(model)["intercept"])
     np.testing.assert_allclose(model.losses(X, y), (predicted - y) ** 2, rtol=1e-4)
     Xr, yr = regression
     trainer = ForwardBackwardTrainer(mlp_onnx, max_iter=1).fit(Xr, yr)
@@ -383,8 +383,8 @@ def test_float_rate_is_the_seeds_schedule_and_square_error_its_loss(linear):
     onx, X, y = linear
     model = _fwbw(onx, X, learning_rate=0.05, max_iter=4).fit(X, y)
     coef, intercept = _gd(X, y, _seed_rates(0.05, 4), lambda d: 2 * d)
-    np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
-    np.testing.assert_allclose(model.get_state()["intercept"], intercept, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["coef"], coef, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["intercept"], intercept, rtol=1e-4)
     assert f"value={0.05 / 4**0.25!r}" in repr(model)
 
 
@@ -393,8 +393,8 @@ def test_nesterov_by_name(linear):
     model = _fwbw(onx, X, learning_rate="Nesterov", max_iter=3).fit(X, y)
     assert model.learning_rate.learning_rate == "invscaling"
     coef, intercept = _gd(X, y, _seed_rates(0.01, 3), lambda d: 2 * d, momentum=0.9)
-    np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
-    np.testing.assert_allclose(model.get_state()["intercept"], intercept, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["coef"], coef, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["intercept"], intercept, rtol=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -410,8 +410,8 @@ def test_learning_loss_by_name_or_object(linear, loss, derivative):
     rate = LearningRateSGD(0.05)
     model = _fwbw(onx, X, learning_rate=rate, learning_loss=loss, max_iter=2).fit(X, y)
     coef, intercept = _gd(X, y, [0.05, 0.05], derivative)
-    np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
-    np.testing.assert_allclose(model.get_state()["intercept"], intercept, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["coef"], coef, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["intercept"], intercept, rtol=1e-4)
 
 
 def test_learning_penalty_by_name(linear):
@@ -423,8 +423,8 @@ def test_learning_penalty_by_name(linear):
     coef, intercept = _gd(
         X, y, [0.05, 0.05], lambda d: 2 * d, penalty=lambda w: 0.5 * np.sign(w) + w
     )
-    np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
-    np.testing.assert_allclose(model.get_state()["intercept"], intercept, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["coef"], coef, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["intercept"], intercept, rtol=1e-4)
 
 
 def test_a_fit_without_warm_start_draws_the_weights(linear):
@@ -434,7 +434,7 @@ def test_a_fit_without_warm_start_draws_the_weights(linear):
     model.fit(X, y)
     np.random.seed(3)
     drawn = np.random.randn(3, 1).astype(np.float32)
-    np.testing.assert_allclose(model.get_state()["coef"], drawn, rtol=1e-5)
+    np.testing.assert_allclose(weights_of(model)["coef"], drawn, rtol=1e-5)
 
 
 @pytest.mark.parametrize("every, expected", [(0.25, [2, 4, 6, 8]), (3, [3, 6, 8])])
@@ -444,7 +444,7 @@ def test_validation_every_is_epochs_or_a_fraction(linear, every, expected):
     assert model.validation_every == expected[0]
     model.fit(X, y, X_val=X[:10], y_val=y[:10])
     assert len(model.validation_losses_) == len(expected)
-    state = model.get_state()
+    state = weights_of(model)
     d = _predict(X[:10], state["coef"], state["intercept"]) - y[:10]
     np.testing.assert_allclose(model.validation_losses_[-1], (d**2).mean(), rtol=1e-4)
     with pytest.raises(OrtBenchError, match="validation_every"):
@@ -480,20 +480,31 @@ def test_exc_raises_or_warns_on_divergence(linear):
     with pytest.warns(ConvergenceWarning, match="diverged"):
         model.fit(X * 100, y)
     assert model.n_iter_ < 5
-    assert all(np.isfinite(v).all() for v in model.get_state().values())
+    assert all(np.isfinite(v).all() for v in weights_of(model).values())
 
 
 def test_state_and_trained_onnx(linear):
     onx, X, y = linear
     model = _fwbw(onx, X, max_iter=2).fit(X, y)
-    state = model.get_state()
+    # the seed's form: OrtValues in weights_to_train order, each a copy
+    values = model.get_state()
+    assert [type(v) for v in values] == [onnxruntime.OrtValue] * 2
+    state = weights_of(model)
+    assert list(state) == ["coef", "intercept"]
+    values[0].update_inplace(np.zeros_like(state["coef"]))
+    np.testing.assert_array_equal(weights_of(model)["coef"], state["coef"])
+    with pytest.raises(OrtBenchError, match="kind='weight' only"):
+        model.get_state(kind="grad")
     full = model.get_full_state()
     assert full[0] is None and len(full) == 3
     np.testing.assert_array_equal(full[1], state["coef"])
     coef = {k: v.numpy() for k, v in model.trained_coef_.items()}
     np.testing.assert_array_equal(coef["intercept"], state["intercept"])
     model.set_state([None, COEF, INTERCEPT])
-    np.testing.assert_array_equal(model.get_state()["coef"], COEF)
+    np.testing.assert_array_equal(weights_of(model)["coef"], COEF)
+    model.set_state(values)  # OrtValues, as get_state gives them
+    np.testing.assert_array_equal(weights_of(model)["coef"], np.zeros_like(COEF))
+    model.set_state([None, COEF, INTERCEPT])
     session = onnxruntime.InferenceSession(model.get_trained_onnx().SerializeToString())
     predicted = session.run(None, {"X": X})[0].ravel()
     np.testing.assert_allclose(predicted, _predict(X, COEF, INTERCEPT), rtol=1e-5)
@@ -527,7 +538,8 @@ def test_partial_training_example_trains(monkeypatch):
     done = _run_example("partial_training.py", monkeypatch, 30)
     losses = done["losses"]
     assert len(losses) == 30 and np.mean(losses[-5:]) < losses[0]
-    assert np.abs(done["state_tensors"]["coef"]).sum() < np.abs(done["lr"].coef_).sum()
+    coef = done["state_tensors"][0].numpy()  # the seed's list of OrtValues, coef first
+    assert np.abs(coef).sum() < np.abs(done["lr"].coef_).sum()
 
 
 def test_forward_backward_chooses_the_weights_when_created(mlp_onnx):
@@ -546,8 +558,8 @@ def test_the_seed_class_trains_as_the_trainer_when_told_to(linear):
     trainer = ForwardBackwardTrainer(onx, ["coef", "intercept"], batch_size=len(X), max_iter=3)
     trainer.fit(X, y)
     np.testing.assert_allclose(seed.train_losses_, trainer.train_losses_, rtol=1e-5)
-    for name, value in trainer.get_state().items():
-        np.testing.assert_allclose(seed.get_state()[name], value, rtol=1e-5)
+    for name, value in weights_of(trainer).items():
+        np.testing.assert_allclose(weights_of(seed)[name], value, rtol=1e-5)
 
 
 # -- OrtGradientOptimizer ------------------------------------------------------------------
@@ -581,8 +593,8 @@ def test_full_class_steps_with_the_rate_divided_by_the_batch_size(linear):
     model = _full(add_loss_output(onx), X, learning_rate=0.5, max_iter=4).fit(X, y)
     rates = [r / len(X) for r in _seed_rates(0.5, 4)]
     coef, intercept = _gd(X, y, rates, lambda d: d)
-    np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
-    np.testing.assert_allclose(model.get_state()["intercept"], intercept, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["coef"], coef, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["intercept"], intercept, rtol=1e-4)
 
 
 def test_saved_gradient_writes_the_gradient_and_training_graphs(linear, tmp_path):
@@ -613,8 +625,8 @@ def test_sample_weight_name_feeds_the_models_weight_input(linear):
     w = np.r_[np.ones(half), np.zeros(len(X) - half)].astype(np.float32)
     both = _full(weighted, X, sample_weight_name="w").fit(X, y, w)
     first = _full(weighted, X, sample_weight_name="w").fit(X[:half], y[:half])
-    for name, value in first.get_state().items():
-        np.testing.assert_allclose(both.get_state()[name], value, rtol=1e-5)
+    for name, value in weights_of(first).items():
+        np.testing.assert_allclose(weights_of(both)[name], value, rtol=1e-5)
 
 
 def test_full_class_needs_a_loss_in_the_model(linear):
@@ -630,8 +642,8 @@ def test_warm_start_continues_the_seeds_schedule(linear):
     once = _fwbw(onx, X, learning_rate=0.05, max_iter=4).fit(X, y)
     twice = _fwbw(onx, X, learning_rate=0.05, max_iter=2).fit(X, y).fit(X, y)
     np.testing.assert_allclose(twice.train_losses_, once.train_losses_, rtol=1e-5)
-    for name, value in once.get_state().items():
-        np.testing.assert_allclose(twice.get_state()[name], value, rtol=1e-5)
+    for name, value in weights_of(once).items():
+        np.testing.assert_allclose(weights_of(twice)[name], value, rtol=1e-5)
 
 
 def test_seed_classes_clone(linear):
@@ -640,7 +652,7 @@ def test_seed_classes_clone(linear):
     copy = clone(model)
     assert repr(copy) == repr(model) and copy.validation_every == 5
     np.testing.assert_allclose(
-        copy.fit(X, y).get_state()["coef"], model.fit(X, y).get_state()["coef"], rtol=1e-6
+        weights_of(copy.fit(X, y))["coef"], weights_of(model.fit(X, y))["coef"], rtol=1e-6
     )
 
 
@@ -682,8 +694,8 @@ def test_both_seed_classes_train_the_seeds_loss_alike(linear):
     fwbw = _fwbw(onx, X, learning_rate=0.05, max_iter=3).fit(X, y)
     coef, intercept = _gd(X, y, _seed_rates(0.05, 3), lambda d: 2 * d)
     for model in (full, fwbw):
-        np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
-        np.testing.assert_allclose(model.get_state()["intercept"], intercept, rtol=1e-4)
+        np.testing.assert_allclose(weights_of(model)["coef"], coef, rtol=1e-4)
+        np.testing.assert_allclose(weights_of(model)["intercept"], intercept, rtol=1e-4)
     np.testing.assert_allclose(full.train_losses_, fwbw.train_losses_, rtol=1e-4)
 
 
@@ -761,7 +773,7 @@ def test_loss_output_name_names_the_trained_loss(linear):
         _full(with_cost, X).fit(X, y)
     model = _full(with_cost, X, loss_output_name="cost", learning_rate=0.05).fit(X, y)
     coef, _ = _gd(X, y, _seed_rates(0.05, 3), lambda d: 2 * d)
-    np.testing.assert_allclose(model.get_state()["coef"], coef, rtol=1e-4)
+    np.testing.assert_allclose(weights_of(model)["coef"], coef, rtol=1e-4)
 
 
 @cpu_build_only
@@ -785,6 +797,6 @@ def test_full_trainer_trains_a_classifier_that_outputs_its_loss(zipmap):
     own = FullTrainer(add_loss_output(onx, score_name="log"), **settings).fit(X, y)
     added = FullTrainer(onx, **settings).fit(X, y)
     np.testing.assert_allclose(own.train_losses_, added.train_losses_, rtol=1e-4)
-    for name, value in added.get_state().items():
-        np.testing.assert_allclose(own.get_state()[name], value, rtol=1e-4, atol=1e-6)
+    for name, value in weights_of(added).items():
+        np.testing.assert_allclose(weights_of(own)[name], value, rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(own.predict(X), added.predict(X))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime
 import pytest
+from helpers import weights_of
 from onnx import helper
 from skl2onnx import to_onnx
 from sklearn.datasets import make_classification
@@ -52,7 +53,7 @@ def test_labels_and_weights_as_columns_train_as_1d_ones():
         fitted.append(model)
     for name in weights:
         np.testing.assert_allclose(
-            fitted[0].get_state()[name], fitted[1].get_state()[name], rtol=1e-6
+            weights_of(fitted[0])[name], weights_of(fitted[1])[name], rtol=1e-6
         )
     assert fitted[1].train_losses_[-1] < fitted[1].train_losses_[0]
 
@@ -66,7 +67,7 @@ def test_losses_take_sample_weights_and_weights_go_into_another_model(seed_linea
     w = np.linspace(0.5, 2, len(y)).astype(np.float32)
     plain = model.losses(X, y)
     np.testing.assert_allclose(model.losses(X, y, w), plain * w, rtol=1e-6)
-    state = model.get_state()
+    state = weights_of(model)
     predicted = X @ state["coef"] + state["intercept"]
     np.testing.assert_allclose(plain, ((predicted - y) ** 2).ravel(), rtol=1e-4)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import weights_of
 from sklearn.linear_model import LinearRegression
 
 from ortbench.training import LearningRateSGD as SklearnStyleSGD
@@ -79,4 +80,4 @@ def test_an_optimal_schedule_fit_converges(seed_linear):
     assert losses[-1] < losses[0] / 10
     # the trained weights approach least squares
     reference = LinearRegression().fit(X, y)
-    np.testing.assert_allclose(model.get_state()["coef"].ravel(), reference.coef_.ravel(), atol=0.1)
+    np.testing.assert_allclose(weights_of(model)["coef"].ravel(), reference.coef_.ravel(), atol=0.1)

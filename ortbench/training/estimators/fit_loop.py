@@ -72,7 +72,7 @@ class FitLoop:
             self._restore_pickled()
         rebuild = not warm or self._build_key() != self._built_key
         if rebuild:
-            state = self.get_state() if warm else None
+            state = self._weights_by_name() if warm else None
             optimizer_state = self._kept_optimizer_state() if warm else None
             self._prepare_model()
             self._fitted_model = self.model_onnx
@@ -98,10 +98,10 @@ class FitLoop:
         loader = self._loader_for([X, Y, w], reuse=warm and not rebuild)
         self._predictor = None
         start = time.perf_counter()
-        snapshot = self.get_state()
+        snapshot = self._weights_by_name()
         for epoch in range(1, self.max_iter + 1):
             loss = float(self._run_epoch(loader))
-            state = self.get_state()
+            state = self._weights_by_name()
             if not np.isfinite(loss) or not all(map(_moderate, state.values())):
                 self._diverged(epoch, loss, snapshot)
             snapshot = state

@@ -115,6 +115,12 @@ class TrainerParams(BaseEstimator):
         OrtBenchError
             Before the first fit.
         """
+        return self._weights_by_name()
+
+    def _weights_by_name(self) -> dict[str, np.ndarray]:
+        """Copies of the trained weights by name, what the fit loop, predictions and
+        pickling read (the seed's forward/backward class changes what ``get_state``
+        returns, not this)."""
         self._check_fitted()
         return self._steps.get_state()
 
@@ -170,7 +176,7 @@ class TrainerParams(BaseEstimator):
         }
         if "_pickled_state" not in state and self._has_trained_state():
             optimizer_state = self._steps.get_optimizer_state()
-            state["_pickled_state"] = (self.get_state(), optimizer_state, self._built_key)
+            state["_pickled_state"] = (self._weights_by_name(), optimizer_state, self._built_key)
         return state
 
     def _restore_pickled(self) -> None:

@@ -42,7 +42,7 @@ class PredictionExport:
                 ),
             )
         forward, loss = self._val_sessions
-        feeds = {self._input.name: X, **self.get_state()}
+        feeds = {self._input.name: X, **self._weights_by_name()}
         predicted = forward.run(None, feeds)[0]
         weights = w if w is not None else np.ones(len(X), dtype=np.float32)
         scale = (weights / weights.sum()).reshape(-1, 1)
@@ -106,7 +106,7 @@ class PredictionExport:
         missing = set(self.weights_) - {i.name for i in target.graph.initializer}
         if missing:
             raise OrtBenchError(f"model has no initializers {sorted(missing)} to hold the weights")
-        target = set_initializers(target, self.get_state())
+        target = set_initializers(target, self._weights_by_name())
         produced = {name for node in target.graph.node for name in node.output}
         if self.is_classifier_ and self._proba_name in produced:
             target = with_class_labels(target, self._proba_name, self.classes_)
@@ -115,7 +115,7 @@ class PredictionExport:
     @property
     def trained_coef_(self) -> dict[str, np.ndarray]:
         """Trained weights by name, as :meth:`get_state` returns them."""
-        return self.get_state()
+        return self._weights_by_name()
 
     def _prediction_model(self) -> onnx.ModelProto:
         """The trained model predict runs (the full trainer drops a loss the model outputs)."""

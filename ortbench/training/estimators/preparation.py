@@ -106,6 +106,13 @@ class ModelPreparation:
         y = np.asarray(y)
         if len(y) != len(X):
             raise OrtBenchError(f"X has {len(X)} rows but y has {len(y)}")
+        Y = self._check_labels(y, fitted_classes)
+        w = None if sample_weight is None else check_sample_weight(sample_weight, len(X))
+        return X, Y, w
+
+    def _check_labels(self, y: np.ndarray, fitted_classes: bool) -> np.ndarray:
+        """The labels as the loss reads them: float32 targets, or one-hot class labels for
+        classifiers."""
         columns = self._n_columns()
         if self.is_classifier_:
             if y.ndim != 1:
@@ -137,8 +144,7 @@ class ModelPreparation:
                         else ""
                     )
                 )
-        w = None if sample_weight is None else check_sample_weight(sample_weight, len(X))
-        return X, Y, w
+        return Y
 
     def _one_hot(self, y: np.ndarray, width: int) -> np.ndarray:
         """Float labels of the trained output's width: one column per class, or the

@@ -25,6 +25,9 @@ from .nodes import unique_name
 from .outputs import training_output
 from .shapes import inferred_shapes
 
+#: The clipping bound of the seed's log loss when ``add_loss_output`` is given none.
+SEED_LOG_EPS = 1e-6
+
 
 def add_loss_output(
     onx,
@@ -76,12 +79,16 @@ def add_loss_output(
         outputs, or an output's name (instead of ``output_name``).
     eps : float, default=None
         The clipping bound of the probabilities of the 'log' loss (the seed's option);
-        None keeps :class:`NegLogLearningLoss`'s default.
+        None keeps :class:`NegLogLearningLoss`'s default (:data:`SEED_LOG_EPS` with
+        ``convention='seed'``).
     convention : {'sklearn', 'seed'}, default='sklearn'
         ``'sklearn'``: the mean over the batch (weighted with weights), the squared error
         halved. ``'seed'``: as onnxcustom wrote it, the sum over the batch (each row times
         its weight), the squared error whole, the loss shaped (1, 1); a trainer then
-        divides the learning rate by the batch size, as the seed's optimizers did.
+        divides the learning rate by the batch size, as the seed's optimizers did. The
+        seed's ``'log'`` (named so) is its binary log loss: int64 class labels (n, 1),
+        the compared output two columns of probabilities, the mean over the batch, in the
+        output's element type (float or double).
 
     Returns
     -------
@@ -106,7 +113,16 @@ def add_loss_output(
             f"unknown output_name {predicted!r}: the model's outputs are "
             f"{[o.name for o in graph.output]}"
         )
-    loss = _score(score_name, l1_weight, l2_weight, eps, convention)
+    # the seed's log loss, named: it clips with any eps it is given (0 < eps < 1 with
+    # the other forms)
+    seed_log = (
+        convention == "seed"
+        and isinstance(score_name, str)
+        and isinstance(
+            _score(score_name, l1_weight, l2_weight, None, convention), NegLogLearningLoss
+        )
+    )
+    loss = _score(score_name, l1_weight, l2_weight, None if seed_log else eps, convention)
     penalties = _penalties(penalty, {i.name: i.data_type for i in graph.initializer})
     label_name = label_name or unique_name(names, "label")
     new_names = [("loss_name", loss_name), ("label_name", label_name)]
@@ -121,13 +137,21 @@ def add_loss_output(
 
     b = GraphBuilder(graph.name, prefix=f"{loss_name}_")
     shape = _declared_shape(model, predicted)
-    label = b.input(label_name, shape)
-    if convention == "seed":
+    loss_type = TensorProto.FLOAT
+    if seed_log:
+        loss_type = _declared_type(model, predicted)
+        label = b.input(label_name, [shape[0], 1], TensorProto.INT64)
+        weight = b.input(weight_name, shape[:1], loss_type) if weight_name else None
+        clip = SEED_LOG_EPS if eps is None else eps
+        terms = [_seed_log_loss_nodes(b, label, predicted, weight, clip, loss_type)]
+    elif convention == "seed":
+        label = b.input(label_name, shape)
         if scale_name:
             raise OrtBenchError("scale_name needs convention='sklearn' (a mean over the batch)")
         weight = b.input(weight_name, shape[:1]) if weight_name else None
         terms = [_summed_loss_nodes(loss, b, label, predicted, weight)]
     else:
+        label = b.input(label_name, shape)
         shares = None
         if scale_name:
             shares = b.input(scale_name, [shape[0], 1])
@@ -144,9 +168,7 @@ def add_loss_output(
     outputs = list(graph.output)
     del graph.output[:]
     loss_shape = [1, 1] if convention == "seed" else []
-    graph.output.append(
-        helper.make_tensor_value_info(loss_name, onnx.TensorProto.FLOAT, loss_shape)
-    )
+    graph.output.append(helper.make_tensor_value_info(loss_name, loss_type, loss_shape))
     graph.output.extend(outputs)
     return model
 
@@ -240,6 +262,38 @@ def _summed_loss_nodes(
         element = b.op("Mul", element, b.op("Unsqueeze", weight, b.const([1], np.int64)))
     total = b.op("ReduceSum", element, keepdims=1)
     return total if factor == 1 else b.op("Mul", total, b.const(factor))
+
+
+def _seed_log_loss_nodes(
+    b: GraphBuilder, label: str, predicted: str, weight: str | None, eps: float, elem: int
+) -> str:
+    """Add the seed's log loss of a binary problem; return its name, a (1, 1) tensor of
+    element type ``elem``.
+
+    ``predicted`` holds two columns of probabilities (clipped to [eps, 1 - eps], then
+    scaled to sum to 1 on each row), ``label`` the int64 class (n, 1), ``weight`` (n,)
+    multiplies each row's loss. The loss is the mean over the rows of
+    -(1 - y) log(p0) - y log(p1).
+    """
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    axis = b.const([1], np.int64)
+    clipped = b.op("Clip", predicted, b.const(eps, dtype), b.const(1 - eps, dtype))
+    scaled = b.op("Div", clipped, b.op("ReduceSum", clipped, axis, keepdims=1))
+    positive = b.op("Cast", label, to=elem)
+    one_hot = b.op("Concat", b.op("Sub", b.const([1], dtype), positive), positive, axis=1)
+    likelihood = b.op("ReduceSum", b.op("Mul", b.op("Log", scaled), one_hot), axis, keepdims=1)
+    if weight is not None:
+        likelihood = b.op("Mul", likelihood, b.op("Unsqueeze", weight, axis))
+    mean = b.op("Neg", b.op("ReduceMean", likelihood, keepdims=0))
+    return b.op("Reshape", mean, b.const([1, 1], np.int64))
+
+
+def _declared_type(model: onnx.ModelProto, name: str) -> int:
+    """The element type the model declares for ``name`` (float when it declares none)."""
+    for value in list(model.graph.output) + list(model.graph.value_info):
+        if value.name == name and value.type.tensor_type.elem_type:
+            return value.type.tensor_type.elem_type
+    return TensorProto.FLOAT
 
 
 def _declared_shape(model: onnx.ModelProto, name: str) -> list:

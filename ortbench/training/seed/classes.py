@@ -129,6 +129,20 @@ class OrtGradientOptimizer(_SeedBehaviour, FullTrainer):
                 )
         return super().fit(X, y, sample_weight, X_val, y_val, sample_weight_val)
 
+    def _check_labels(self, y: np.ndarray, fitted_classes: bool) -> np.ndarray:
+        """Integer class labels (n,) or (n, 1) where the model's loss reads int64 labels
+        (the seed's log loss); otherwise as :class:`FullTrainer`."""
+        data = [i for i in self.model_.graph.input if i.name not in self.weights_]
+        labels = [i for i in data if i.name != self._input.name][:1]
+        if not labels or labels[0].type.tensor_type.elem_type != onnx.TensorProto.INT64:
+            return super()._check_labels(y, fitted_classes)
+        if not np.issubdtype(y.dtype, np.integer) or y.ndim not in (1, 2) or y[0].size != 1:
+            raise OrtBenchError(
+                f"the model's loss reads int64 class labels ({labels[0].name!r}, one column): "
+                f"y must hold integers, got dtype {y.dtype} and shape {y.shape}"
+            )
+        return np.ascontiguousarray(y.reshape(-1, 1), dtype=np.int64)
+
     def _prepare_model(self) -> None:
         outputs = [o.name for o in load_model(self.model_onnx).graph.output]
         if self.loss_output_name not in outputs:
@@ -224,13 +238,35 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
     @property
     def trained_coef_(self) -> dict[str, onnxruntime.OrtValue]:
         """Trained weights by name as OrtValues, as the seed returned them."""
-        values = {}
-        for name, array in self.get_state().items():
+        return dict(zip(self.weights_, self.get_state()))
+
+    def get_state(self, kind: str = "weight") -> list[onnxruntime.OrtValue]:
+        """The trained weights as OrtValues in ``weights_to_train`` order, as the seed
+        returned them (:class:`ForwardBackwardTrainer` returns a dict of arrays).
+
+        Parameters
+        ----------
+        kind : str
+            ``'weight'``, the only kind kept (see :meth:`get_full_state`).
+
+        Returns
+        -------
+        list of onnxruntime.OrtValue
+            Copies on the CPU, each owning its memory.
+
+        Raises
+        ------
+        OrtBenchError
+            For another kind, or before fit.
+        """
+        _check_kind("get_state", kind)
+        state = self._weights_by_name()
+        values = []
+        for name in self.weights_:
             # an OrtValue owning its memory: ortvalue_from_numpy would borrow the array's
-            values[name] = onnxruntime.OrtValue.ortvalue_from_shape_and_type(
-                array.shape, np.float32
-            )
-            values[name].update_inplace(array)
+            value = onnxruntime.OrtValue.ortvalue_from_shape_and_type(state[name].shape, np.float32)
+            value.update_inplace(state[name])
+            values.append(value)
         return values
 
     def get_full_state(self, kind: str = "weight") -> list:
@@ -252,18 +288,14 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
         OrtBenchError
             For another kind, or before fit.
         """
-        if kind != "weight":
-            raise OrtBenchError(
-                f"get_full_state keeps kind='weight' only, got {kind!r}: the momentum is "
-                f"stored scaled and flattened, not as the seed's per-weight velocities"
-            )
-        state = self.get_state()
+        _check_kind("get_full_state", kind)
+        state = self._weights_by_name()
         inputs = [i.name for i in self._train_model.graph.input if i.name not in state]
         return [None] * len(inputs) + [state[name] for name in self.weights_]
 
     def set_state(self, state) -> None:
         """Overwrite trained weights: a dict by name, or a list as :meth:`get_full_state`
-        or :meth:`get_state` ``.values()`` give it (None entries are skipped).
+        or :meth:`get_state` give it (None entries are skipped); arrays or OrtValues.
 
         Parameters
         ----------
@@ -282,4 +314,18 @@ class OrtGradientForwardBackwardOptimizer(_SeedBehaviour, ForwardBackwardTrainer
                     f"got {len(values)}"
                 )
             state = dict(zip(self.weights_, values))
-        super().set_state(state)
+        super().set_state(
+            {
+                name: value.numpy() if isinstance(value, onnxruntime.OrtValue) else value
+                for name, value in state.items()
+            }
+        )
+
+
+def _check_kind(method: str, kind: str) -> None:
+    """Refuse a ``kind`` other than ``'weight'`` with the reason."""
+    if kind != "weight":
+        raise OrtBenchError(
+            f"{method} keeps kind='weight' only, got {kind!r}: the momentum is stored "
+            f"scaled and flattened, not as the seed's per-weight velocities"
+        )

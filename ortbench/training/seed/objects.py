@@ -8,6 +8,8 @@ import onnx
 
 from .. import learning_rates, losses
 from ..graphs import loss_graph
+from ..graphs.loading import load_model
+from ..graphs.nodes import unique_name
 from ..learning_rates import BaseLearningRate
 from ..losses import BaseLearningLoss
 
@@ -165,9 +167,17 @@ def add_loss_output(
     ------
     OrtBenchError
         As :func:`ortbench.training.add_loss_output`.
+
+    Notes
+    -----
+    As the seed did, a tensor of the model named ``label_name`` (a classifier's ``label``
+    output) is renamed ``_label_`` (``_<label_name>_``) to free the name for the labels.
+    ``'log'`` is the seed's binary log loss (int64 labels, see ``convention='seed'`` in
+    :func:`ortbench.training.add_loss_output`).
     """
+    model = _free_name(load_model(onx), label_name)
     return loss_graph.add_loss_output(
-        onx,
+        model,
         score_name=score_name,
         loss_name=loss_name,
         label_name=label_name,
@@ -177,6 +187,26 @@ def add_loss_output(
         convention="seed",
         **kwargs,
     )
+
+
+def _free_name(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    """``model``, or a copy of it where the tensor ``name`` is renamed ``_<name>_``."""
+    graph = model.graph
+    if name not in loss_graph.tensor_names(graph) | {o.name for o in graph.output}:
+        return model
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(model)
+    new = unique_name(loss_graph.tensor_names(renamed.graph), f"_{name}_")
+    for node in renamed.graph.node:
+        node.input[:] = [new if i == name else i for i in node.input]
+        node.output[:] = [new if o == name else o for o in node.output]
+    for value in [*renamed.graph.output, *renamed.graph.value_info, *renamed.graph.input]:
+        if value.name == name:
+            value.name = new
+    for init in renamed.graph.initializer:
+        if init.name == name:
+            init.name = new
+    return renamed
 
 
 def _seed_loss(loss) -> BaseLearningLoss:
