@@ -7,7 +7,14 @@ import pytest
 from helpers import weights_of
 from sklearn.exceptions import NotFittedError
 
-from ortbench.training import DerivativeOptions, OrtBenchError, onnx_derivative
+from ortbench.training import (
+    ConvergenceError,
+    DerivativeOptions,
+    FullTrainer,
+    LearningRateSGD,
+    OrtBenchError,
+    onnx_derivative,
+)
 from ortbench.training.errors import NotFittedTrainerError
 from ortbench.training.seed import (
     OrtGradientForwardBackwardOptimizer,
@@ -56,3 +63,21 @@ def test_use_numpy_is_accepted_and_changes_nothing(seed_linear):
         states.append(weights_of(model))
     for name in ("coef", "intercept"):
         np.testing.assert_array_equal(states[0][name], states[1][name])
+
+
+def test_the_seed_keeps_every_epoch_whose_loss_is_finite(seed_linear):
+    """The seed stopped on a loss that is not finite only: at a huge rate, the epochs
+    before keep their (huge) losses; FullTrainer stops as soon as the weights overflow."""
+    onx, _, _ = seed_linear
+    X = np.arange(60, dtype=np.float32).reshape(-1, 3)
+    y = np.arange(20, dtype=np.float32)
+    seed = OrtGradientOptimizer(
+        add_loss_output(onx), ["coef", "intercept"], learning_rate=1e9, warm_start=True
+    )
+    with pytest.raises(ConvergenceError, match=r"the loss is (inf|nan)"):
+        seed.fit(X, y.reshape(-1, 1))
+    assert len(seed.train_losses_) >= 1 and np.isfinite(seed.train_losses_).all()
+    trainer = FullTrainer(onx, learning_rate=LearningRateSGD(1e9))
+    with pytest.raises(ConvergenceError, match="overflow float32"):
+        trainer.fit(X, y)
+    assert trainer.train_losses_ == []

@@ -102,7 +102,7 @@ class FitLoop:
         for epoch in range(1, self.max_iter + 1):
             loss = float(self._run_epoch(loader))
             state = self._weights_by_name()
-            if not np.isfinite(loss) or not all(map(_moderate, state.values())):
+            if not np.isfinite(loss) or self._weights_overflow(state):
                 self._diverged(epoch, loss, snapshot)
             snapshot = state
             self.train_losses_.append(loss)
@@ -126,6 +126,11 @@ class FitLoop:
         if epoch:
             self.learning_rate_.update_learning_rate(self.t_)
         return self.learning_rate_.value
+
+    def _weights_overflow(self, state: dict[str, np.ndarray]) -> bool:
+        """Whether an epoch left weights whose squares overflow float32 (divergence, even
+        where the epoch's loss is still finite)."""
+        return not all(map(_moderate, state.values()))
 
     def _diverged(self, epoch: int, loss: float, snapshot: dict[str, np.ndarray]) -> None:
         """Restore the weights from before ``epoch`` and raise the divergence error; the

@@ -140,6 +140,11 @@ class _SeedBehaviour:
             self.n_iter_ = len(self.train_losses_)
         return self
 
+    def _weights_overflow(self, state: dict[str, np.ndarray]) -> bool:
+        # the seed stopped on a loss that is not finite only: an epoch whose loss is finite
+        # is kept, however large its weights
+        return False
+
     def _check_data(self, X, y, sample_weight, fitted_classes: bool):
         """The seed's columns: class labels and sample weights shaped (n, 1) are 1-D."""
         y, sample_weight = (
