@@ -22,6 +22,10 @@ and only they (importing them from this module is the explicit choice):
   ``'optimal'`` at ``eta0``; its ``SquareLearningLoss`` and ``NegLogLearningLoss`` have
   the seed's defaults. Names and floats given to the two classes select these.
 
+The module also holds the seed's helpers its users call: ``OrtGradientForwardBackward``
+(a model's forward and backward passes on demand), ``OrtDataLoader``, the named graphs of
+``function_onnx_graph``, and its type and device look-ups.
+
 ``docs/seed_api.md`` lists the differences with :class:`FullTrainer` and
 :class:`ForwardBackwardTrainer` side by side.
 """
