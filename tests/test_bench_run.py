@@ -186,6 +186,10 @@ def test_cli_bench_prints_the_summary(tmp_path, capsys):
         (["bench", "--batch-sizes", "ten"], "--batch-sizes must be integers"),
         (["bench", "--batch-sizes", "0"], "batch sizes must be >= 1"),
         (["bench", "--epochs", "0"], "epochs must be >= 1"),
+        # --epochs and --repeat are options of bench, not positional arguments (ab adds its
+        # own: sharing their parser once turned bench's into positionals)
+        (["bench", "--quick", "3", "4"], "unrecognized arguments: 3 4"),
+        (["bench", "--output", "x"], "unrecognized arguments: --output x"),
         (["bench", "--dataset", "mnist"], "unknown datasets ['mnist']"),
         (["compare", "no/such/base.json", "no/such/head.json"], "does not exist"),
         (["compare", "a", "b", "--threshold", "-1"], "--threshold must be > 0"),
@@ -196,6 +200,14 @@ def test_bad_input_is_one_line(argv, message, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("ortbench: error: ") and message in err
+
+
+def test_bench_and_ab_list_their_own_epochs_and_repeat(capsys):
+    for command in ("bench", "ab"):
+        assert main([command, "--help"]) == 0
+        usage = " ".join(capsys.readouterr().out.split("\n\n")[0].split())
+        assert "[--epochs EPOCHS]" in usage and "[--repeat REPEAT]" in usage
+        assert "epochs repeat" not in usage
 
 
 def test_results_jsonl_tolerates_a_cut_last_line(run_folder, tmp_path):

@@ -237,12 +237,11 @@ def verdict(
     return EXIT_FAILING if comparison.failing else 0
 
 
-def add(commands: argparse._SubParsersAction, bench: argparse.ArgumentParser) -> None:
-    """Add ``ab``, with the options of ``bench`` (its parent parser)."""
+def add(commands: argparse._SubParsersAction, matrix: argparse.ArgumentParser) -> None:
+    """Add ``ab``, with the options of ``bench`` that choose the matrix (its parent)."""
     parser = commands.add_parser(
         "ab",
-        parents=[bench],  # bench's options choose the matrix
-        conflict_handler="resolve",
+        parents=[matrix],  # bench's options that choose the matrix
         help=RUNTIME_COMMANDS["ab"],
         description="Run the matrix on two git refs or checkout folders, one worker process "
         "each, their timed fits alternated (A B B A ...); judge each cell on the paired "

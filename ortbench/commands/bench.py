@@ -188,53 +188,38 @@ def add_own_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``bench``; its parser is ``ab``'s parent."""
-    bench = commands.add_parser(
-        "bench",
-        help=RUNTIME_COMMANDS["bench"],
-        description="Run contenders x problems x data sets x batch sizes x devices and write "
-        "results.csv, results.jsonl, loss_curves.csv, summary.md and plots into OUT/<run-id>/.",
-    )
-    bench.add_argument(
+    """Add ``bench``; return the parser of the options that choose the matrix, which
+    ``bench`` and ``ab`` share (each adds its own ``--epochs`` and ``--repeat``)."""
+    matrix = argparse.ArgumentParser(add_help=False)
+    matrix.add_argument(
         "--quick",
         action="store_true",
         help=f"a short run: {', '.join(QUICK.contenders)} on {QUICK.problems[0]} at batch "
         f"sizes {', '.join(map(str, QUICK.batch_sizes))} (other options still apply)",
     )
-    bench.add_argument(
+    matrix.add_argument(
         "--contenders", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(CONTENDERS)}"
     )
-    bench.add_argument(
+    matrix.add_argument(
         "--problem", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(PROBLEMS)}"
     )
-    bench.add_argument(
+    matrix.add_argument(
         "--dataset", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}"
     )
-    bench.add_argument("--batch-sizes", type=integers, nargs="+", metavar="N")
-    bench.add_argument(
+    matrix.add_argument("--batch-sizes", type=integers, nargs="+", metavar="N")
+    matrix.add_argument(
         "--devices",
         type=names,
         nargs="+",
         metavar="NAME",
         help=f"of {', '.join(DEVICES)} (default: those this machine has)",
     )
-    bench.add_argument(
-        "--epochs",
-        type=int,
-        help="epochs of the first fit, and how many more the long timed fit runs than the "
-        f"short one (default {BenchConfig.epochs})",
-    )
-    bench.add_argument(
-        "--repeat",
-        type=int,
-        help=f"timing rounds per cell, a short and a long fit each (default {BenchConfig.repeat})",
-    )
-    bench.add_argument("--hidden", nargs="+", metavar="H1,H2", help="MLP sizes: 50,10 256,128")
-    bench.add_argument("--n-samples", type=count, metavar="N", help="rows of each data set")
-    bench.add_argument("--n-features", type=count, metavar="N", help="features of generated data")
-    bench.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
-    add_own_model_options(bench)
-    sharding = bench.add_argument_group("one matrix over several machines")
+    matrix.add_argument("--hidden", nargs="+", metavar="H1,H2", help="MLP sizes: 50,10 256,128")
+    matrix.add_argument("--n-samples", type=count, metavar="N", help="rows of each data set")
+    matrix.add_argument("--n-features", type=count, metavar="N", help="features of generated data")
+    matrix.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
+    add_own_model_options(matrix)
+    sharding = matrix.add_argument_group("one matrix over several machines")
     sharding.add_argument(
         "--shard",
         type=_shard_option,
@@ -248,11 +233,29 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="balance the parts on the cells' times in this earlier run folder (default: "
         "on their number)",
     )
-    bench.add_argument("--out", default="reports", help="parent folder of the run folder")
-    bench.add_argument(
+    matrix.add_argument("--out", default="reports", help="parent folder of the run folder")
+    matrix.add_argument(
         "--keep-going",
         action="store_true",
         help="exit 0 even when cells failed or were unstable (default: exit 1)",
     )
+    bench = commands.add_parser(
+        "bench",
+        parents=[matrix],
+        help=RUNTIME_COMMANDS["bench"],
+        description="Run contenders x problems x data sets x batch sizes x devices and write "
+        "results.csv, results.jsonl, loss_curves.csv, summary.md and plots into OUT/<run-id>/.",
+    )
+    bench.add_argument(
+        "--epochs",
+        type=int,
+        help="epochs of the first fit, and how many more the long timed fit runs than the "
+        f"short one (default {BenchConfig.epochs})",
+    )
+    bench.add_argument(
+        "--repeat",
+        type=int,
+        help=f"timing rounds per cell, a short and a long fit each (default {BenchConfig.repeat})",
+    )
     bench.set_defaults(func=run)
-    return bench
+    return matrix
