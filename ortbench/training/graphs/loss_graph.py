@@ -115,13 +115,7 @@ def add_loss_output(
         )
     # the seed's log loss, named: it clips with any eps it is given (0 < eps < 1 with
     # the other forms)
-    seed_log = (
-        convention == "seed"
-        and isinstance(score_name, str)
-        and isinstance(
-            _score(score_name, l1_weight, l2_weight, None, convention), NegLogLearningLoss
-        )
-    )
+    seed_log = convention == "seed" and score_name in LOSS_NAMES[NegLogLearningLoss]
     loss = _score(score_name, l1_weight, l2_weight, None if seed_log else eps, convention)
     penalties = _penalties(penalty, {i.name: i.data_type for i in graph.initializer})
     label_name = label_name or unique_name(names, "label")

@@ -191,8 +191,7 @@ def add_loss_output(
 
 def _free_name(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     """``model``, or a copy of it where the tensor ``name`` is renamed ``_<name>_``."""
-    graph = model.graph
-    if name not in loss_graph.tensor_names(graph) | {o.name for o in graph.output}:
+    if name not in loss_graph.tensor_names(model.graph):
         return model
     renamed = onnx.ModelProto()
     renamed.CopyFrom(model)

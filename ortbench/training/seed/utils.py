@@ -134,10 +134,10 @@ def rewrite_op_no_grad(onx: onnx.ModelProto) -> onnx.ModelProto:
     if not nodes:
         return rewritten
     _, types = inferred_shapes(rewritten)
-    for k, node in enumerate(nodes):
+    for node in nodes:
         elem = types.get(node.input[0]) or TensorProto.FLOAT
         one = numpy_helper.from_array(
-            np.ones(1, dtype=proto_type_to_dtype(elem)), f"{node.output[0]}_rewritten_one_{k}"
+            np.ones(1, dtype=proto_type_to_dtype(elem)), f"{node.output[0]}_rewritten_one"
         )
         rewritten.graph.initializer.append(one)
         node.op_type = "Div"
