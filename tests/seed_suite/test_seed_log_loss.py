@@ -5,6 +5,7 @@ full class trains on it."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -51,6 +52,11 @@ def test_the_log_loss_of_a_double_model_is_the_seeds(eps):
         np.testing.assert_allclose(loss[0, 0], _seed_log_loss(y, p1, eps), rtol=1e-12)
     else:  # no clipping: log(0) makes the loss NaN or infinite, as the seed's did
         assert not np.isfinite(loss[0, 0])
+    with_weight = onnx.ModelProto()
+    with_weight.CopyFrom(onx)
+    with_weight.graph.initializer.append(numpy_helper.from_array(np.ones(2, np.float32), "w"))
+    with pytest.raises(OrtBenchError, match="holds float64 probabilities"):
+        add_loss_output(with_weight, "log", penalty={"w": 0.1})
     weighted = add_loss_output(onx, "log", eps=0.1, weight_name="weight")
     loss = _run(weighted, {"X": X, "label": y.reshape(-1, 1), "weight": w})
     np.testing.assert_allclose(loss[0, 0], _seed_log_loss(y, p1, 0.1, w), rtol=1e-12)

@@ -134,6 +134,12 @@ def add_loss_output(
     loss_type = TensorProto.FLOAT
     if seed_log:
         loss_type = _declared_type(model, predicted)
+        if penalties and loss_type != TensorProto.FLOAT:
+            kind = helper.tensor_dtype_to_np_dtype(loss_type).name
+            raise OrtBenchError(
+                f"a penalty adds to a float32 loss, and {predicted!r} holds {kind} "
+                f"probabilities: convert the model to float32 or leave out the penalty"
+            )
         label = b.input(label_name, [shape[0], 1], TensorProto.INT64)
         weight = b.input(weight_name, shape[:1], loss_type) if weight_name else None
         clip = SEED_LOG_EPS if eps is None else eps
