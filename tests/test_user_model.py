@@ -86,11 +86,19 @@ def files(tmp_path_factory):
 
 
 def run_bench(tmp_path, *options: str) -> pd.DataFrame:
+    """One timing round per cell: these tests check what was trained, not the times, so a
+    cell whose one slope a loaded machine made "unstable" still counts (``--keep-going``;
+    :func:`trained` reads the statuses)."""
     argv = ["bench", "--batch-sizes", "16", "--devices", "cpu", "--epochs", "2", "--repeat", "1"]
-    assert main([*argv, *options, "--out", str(tmp_path)]) == 0
+    assert main([*argv, *options, "--out", str(tmp_path), "--keep-going"]) == 0
     (folder,) = tmp_path.iterdir()
     assert (folder / "index.html").exists()
     return pd.read_csv(folder / RESULTS_CSV)
+
+
+def trained(results: pd.DataFrame) -> pd.DataFrame:
+    """The rows of cells that trained: "ok", or "unstable" (their timing only)."""
+    return results[(results.status == "ok") | results.status.str.startswith("unstable:")]
 
 
 def summary_of(tmp_path) -> str:
@@ -118,7 +126,7 @@ def test_bench_trains_a_hand_built_model(files, tmp_path, data):
     assert list(results.contender) == contenders
     assert (results.problem == "model.onnx").all()
     assert (results.trained_values == W1.size + B1.size + W2.size + B2.size).all()
-    ok = results[results.status == "ok"]
+    ok = trained(results)
     # torch runs the graph itself: any network, not only the MLPs scikit-learn expresses
     assert list(ok.contender) == [*ENGINE, *(["torch-sgd"] if TORCH else [])]
     assert (
@@ -135,9 +143,11 @@ def test_bench_trains_a_hand_built_model(files, tmp_path, data):
     assert np.allclose(ok.initial_loss, ok.initial_loss.iloc[0], rtol=1e-5)
     assert ok.initial_loss.iloc[0] == pytest.approx(full, rel=0.3)
     assert (ok.final_train_loss < ok.initial_loss).all()
-    # scikit-learn did not run: speed-ups are over the first engine contender
-    assert "| 16 | ort-full | " in summary_of(tmp_path)
-    assert "speed-up vs ort-full" in summary_of(tmp_path)
+    # scikit-learn did not run: speed-ups are over the first engine contender (when its
+    # one timing round was a measurement)
+    if results.set_index("contender").status["ort-full"] == "ok":
+        assert "| 16 | ort-full | " in summary_of(tmp_path)
+        assert "speed-up vs ort-full" in summary_of(tmp_path)
 
 
 @pytest.mark.training_build
@@ -203,12 +213,12 @@ def test_a_converted_scikit_learn_mlp_gets_every_contender(tmp_path):
         out, "--model", str(tmp_path / "mlp.onnx"), "--data", str(tmp_path / "d.npz"),
         "--contenders", *contenders,
     )  # fmt: skip
-    ran = set(results[results.status == "ok"].contender)
+    ran = set(trained(results).contender)
     assert ran == ({"sklearn-mlp-sgd", "ort-fwbw"} | ({"torch-sgd"} if TORCH else set()))
     # every contender starts from the converted model: scikit-learn's own loss
     problem = load_user_problem(UserFiles(str(tmp_path / "mlp.onnx"), (str(tmp_path / "d.npz"),)))
     own = 0.5 * np.mean((mlp.predict(problem.data.X_train) - problem.data.y_train) ** 2)
-    assert np.allclose(results[results.status == "ok"].initial_loss, own, rtol=1e-4)
+    assert np.allclose(trained(results).initial_loss, own, rtol=1e-4)
 
 
 @pytest.mark.training_build
@@ -282,7 +292,7 @@ def test_cli_hidden_runs_every_size(tmp_path):
     )  # fmt: skip
     assert list(results.problem) == ["mlp-8-4", "mlp-16"]
     assert list(results.trained_values) == [5 * 8 + 8 + 8 * 4 + 4 + 4 + 1, 5 * 16 + 16 + 16 + 1]
-    assert (results.status == "ok").all()
+    assert len(trained(results)) == len(results)
     assert "## mlp-8-4 (89 trained values) on make_regression, cpu" in summary_of(tmp_path)
     # the scaling plot of these rows with positive times (a slope on a loaded machine can
     # come out negative, and is then left out)
