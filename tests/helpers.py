@@ -56,3 +56,20 @@ def weights_of(model) -> dict:
     if isinstance(state, list):
         return {name: value.numpy() for name, value in zip(model.weights_, state)}
     return state
+
+
+def timed(status: str) -> bool:
+    """Whether a bench cell ran and was timed: "ok", or "unstable: <reason>" where a loaded
+    machine spread its rounds (its times only are no measurement)."""
+    return status == "ok" or status.startswith("unstable: ")
+
+
+def shown_in_summary(
+    summary: str, status: str, contender: str, problem: str, batch_size: int, dataset="diabetes"
+) -> bool:
+    """Whether ``summary.md`` shows a cpu cell where its status puts it: a timed row when
+    "ok", else a row of "Cells not run" that gives the status."""
+    if status == "ok":
+        return f"| {batch_size} | {contender} |" in summary
+    row = f"| {contender} | {problem} | {dataset} | {batch_size} | cpu | {status} |"
+    return row in summary

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import shown_in_summary, timed
 
 from ortbench.bench import matrix
 from ortbench.bench.contenders import Contender
@@ -51,12 +52,12 @@ def test_results_schema(run_folder):
     assert len(results) == 16
     assert (results.run_id == "test-run").all()
     # measured cells: a loaded machine may time one as unstable, which is beside the point
-    timed = (results.status == "ok") | results.status.str.startswith("unstable: ")
-    ok = results[timed]
+    measured = results.status.map(timed)
+    ok = results[measured]
     expected = ["ort-full", "sklearn-mlp-sgd", *(["torch-sgd"] if TORCH else [])]
     assert sorted(ok.contender) == expected
     assert set(ok.device) == {"cpu"} and set(ok.batch_size) == {8}
-    others = results[~timed]
+    others = results[~measured]
     assert others.status.str.startswith("unavailable: ").all()
     assert set(others[(others.contender == "sklearn-sgd") & (others.batch_size == 8)].status) == {
         "unavailable: SGDRegressor trains linear regressions only"
@@ -97,8 +98,9 @@ def test_results_schema(run_folder):
     records = read_records(run_folder)
     assert [r["contender"] for r in records] == list(results.contender)
     for record in records:
-        assert len(record["seconds_per_step_samples"]) == (3 if record["status"] == "ok" else 0)
-        assert record["validation_loss"] is None or record["status"] == "ok"
+        measured = timed(record["status"])
+        assert len(record["seconds_per_step_samples"]) == (3 if measured else 0)
+        assert record["validation_loss"] is None or measured
 
     curves = pd.read_csv(run_folder / LOSS_CURVES_CSV)
     assert len(curves) == 4 * len(ok)
@@ -109,16 +111,21 @@ def test_results_schema(run_folder):
 def test_summary_and_plots(run_folder):
     text = write_summary(run_folder)
     assert (run_folder / "summary.md").read_text() == text
-    assert "## mlp (1,071 trained values) on diabetes, cpu" in text
-    assert "| 8 | sklearn-mlp-sgd |" in text and "| 1.0x |" in text
-    assert "| 8 | ort-full |" in text
+    status = pd.read_csv(run_folder / RESULTS_CSV).query("batch_size == 8 and device == 'cpu'")
+    status = status.set_index("contender").status
+    # a cell timed as unstable on a loaded machine is listed with its reason, not timed
+    for contender in ("sklearn-mlp-sgd", "ort-full", *(["torch-sgd"] if TORCH else [])):
+        assert shown_in_summary(text, status[contender], contender, "mlp", 8), contender
+    if (status == "ok").any():
+        assert "## mlp (1,071 trained values) on diabetes, cpu" in text
+    if status["sklearn-mlp-sgd"] == "ok":
+        assert "| 1.0x |" in text
     assert "slope between a 1-epoch fit and a longer one, at least 4 epochs and 50 ms" in text
     assert "fixed cost per fit" in text
     assert "## Cells not run" in text
-    assert ("| 8 | torch-sgd |" in text) == TORCH
     assert ("unavailable: torch is not installed" in text) == (not TORCH)
     paths = write_plots(run_folder)
-    assert len(paths) == 3
+    assert len(paths) == (3 if (status == "ok").any() else 0)
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -143,9 +150,10 @@ def test_an_interrupted_run_keeps_its_finished_rows(tmp_path, monkeypatch, capsy
     (folder,) = tmp_path.iterdir()
     results = pd.read_csv(folder / RESULTS_CSV)
     assert list(results.contender) == ["ort-fwbw", "sklearn-mlp-sgd"]
-    assert (results.status == "ok").all()
+    assert results.status.map(timed).all()
     assert len(read_records(folder)) == 2
-    assert "| 8 | ort-fwbw |" in (folder / "summary.md").read_text()
+    summary = (folder / "summary.md").read_text()
+    assert shown_in_summary(summary, results.iloc[0].status, "ort-fwbw", "linear", 8)
 
 
 @pytest.mark.training_build
@@ -173,10 +181,12 @@ def test_cli_bench_prints_the_summary(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert status == 0
     assert out.startswith("# ortbench bench: run ")
-    assert "| 32 | ort-full |" in out
     assert "[ortbench bench] cell 1/1 ort-full" in err
     (folder,) = tmp_path.iterdir()
-    assert {p.name for p in folder.iterdir()} >= {"results.csv", "summary.md", "speedup.png"}
+    (cell,) = pd.read_csv(folder / RESULTS_CSV).status
+    assert timed(cell) and shown_in_summary(out, cell, "ort-full", "linear", 32)
+    plots = {"speedup.png"} if cell == "ok" else set()
+    assert {p.name for p in folder.iterdir()} >= {"results.csv", "summary.md", *plots}
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime
 import pandas as pd
 import pytest
+from helpers import timed
 from sklearn.datasets import load_digits
 
 from ortbench.bench.contenders import make_contender
@@ -98,11 +99,6 @@ def test_the_shifted_digits_are_the_images_moved_one_pixel():
             if np.array_equal(copy, expected):
                 moves.add((dr, dc))
     assert moves == {(-1, 0), (1, 0), (0, -1), (0, 1)}
-
-
-def timed(status: str) -> bool:
-    """Whether a cell ran and was timed (a loaded machine may find its slopes unstable)."""
-    return status == "ok" or status.startswith("unstable: ")
 
 
 def test_bench_runs_the_network_problems_on_the_digits(tmp_path):

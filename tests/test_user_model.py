@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import pandas as pd
 import pytest
+from helpers import timed
 from onnx import TensorProto, helper, numpy_helper
 from skl2onnx import to_onnx
 from sklearn.exceptions import ConvergenceWarning
@@ -98,7 +99,7 @@ def run_bench(tmp_path, *options: str) -> pd.DataFrame:
 
 def trained(results: pd.DataFrame) -> pd.DataFrame:
     """The rows of cells that trained: "ok", or "unstable" (their timing only)."""
-    return results[(results.status == "ok") | results.status.str.startswith("unstable:")]
+    return results[results.status.map(timed)]
 
 
 def summary_of(tmp_path) -> str:
