@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from helpers import fitted_mlp
 from skl2onnx import to_onnx
@@ -21,9 +22,16 @@ from ortbench.training import (
     FullTrainer,
     LearningRateSGD,
     LearningRateSGDNesterov,
+    NegLogLearningLoss,
+    SquareLearningLoss,
+    add_loss_output,
 )
 from ortbench.training.gradients.derivative import choose_backend
+from ortbench.training.graphs.loss_graph import LossHead
+from ortbench.training.graphs.outputs import select_outputs
+from ortbench.training.losses import BaseLearningLoss
 from ortbench.training.runtime.build import runtime_problem
+from ortbench.training.steps.fused import step_graph
 
 
 def test_default_backend_follows_the_installed_runtime(regression, mlp_onnx):
@@ -189,3 +197,75 @@ def test_only_large_relu_gradients_become_mask_products(trainer, graph_name, reg
     ops = [node.op_type for node in graph.node]
     assert ops.count("ReluGrad") == 1
     assert ops.count("Greater") == 1
+
+
+def _two_layers(columns: int, rng) -> onnx.ModelProto:
+    """Y = Gemm(Relu(Gemm(X, W1, b1)), W2, b2), X of shape (16, 5), Y of (16, columns)."""
+    weights = {
+        "W1": rng.standard_normal((5, 8)),
+        "b1": rng.standard_normal(8),
+        "W2": rng.standard_normal((8, columns)),
+        "b2": rng.standard_normal(columns),
+    }
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Gemm", ["X", "W1", "b1"], ["h"]),
+            onnx.helper.make_node("Relu", ["h"], ["r"]),
+            onnx.helper.make_node("Gemm", ["r", "W2", "b2"], ["Y"]),
+        ],
+        "two_layers",
+        [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [16, 5])],
+        [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [16, columns])],
+        [onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("loss", "columns"),
+    [
+        ("squared_error", 1),
+        ("squared_error", 3),
+        (SquareLearningLoss(convention="seed"), 1),
+        ("absolute_error", 2),
+        ("elastic", 2),
+    ],
+)
+def test_the_hand_written_loss_gradient_is_the_differentiated_one(loss, columns, tmp_path):
+    """The portable step with the loss's gradient written by hand (``LossHead``) gives the
+    steps and the loss of the step differentiated node by node, on weighted rows and
+    several outputs, with fewer nodes once onnxruntime has optimized both."""
+    rng = np.random.default_rng(0)
+    model = _two_layers(columns, rng)
+    loss = BaseLearningLoss.select(loss)
+    with_loss = add_loss_output(model, loss, label_name="label", scale_name="shares")
+    with_loss = select_outputs(with_loss, ["loss"])
+    weights = ["W1", "b1", "W2", "b2"]
+    feeds = {
+        "X": rng.standard_normal((16, 5)).astype(np.float32),
+        "label": rng.standard_normal((16, columns)).astype(np.float32),
+        "shares": rng.uniform(0.2, 2.0, (16, 1)).astype(np.float32) / 16,
+        "step_scale": np.array(-0.1, dtype=np.float32),
+        **{i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer},
+    }
+    found, nodes = {}, {}
+    for key, head in (("by hand", LossHead(loss, "Y", "label", "shares")), ("rules", None)):
+        graph = step_graph(with_loss, weights, "loss", head).SerializeToString()
+        options = onnxruntime.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / f"{key}.onnx")
+        session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        found[key] = session.run(None, feeds)
+        nodes[key] = len(onnx.load(options.optimized_model_filepath).graph.node)
+    for by_hand, differentiated in zip(found["by hand"], found["rules"]):
+        np.testing.assert_allclose(by_hand, differentiated, rtol=1e-5, atol=1e-7)
+    assert np.abs(found["by hand"][0]).max() > 1e-3  # a real step
+    assert nodes["by hand"] < nodes["rules"], nodes
+
+
+def test_a_penalty_or_a_classification_loss_keeps_the_differentiated_gradient():
+    assert LossHead.of(SquareLearningLoss(), None, predicted="p", label="y", shares="s")
+    assert (
+        LossHead.of(SquareLearningLoss(), {"w": 1e-4}, predicted="p", label="y", shares="s") is None
+    )
+    log = NegLogLearningLoss(probability_function="softmax")
+    assert LossHead.of(log, None, predicted="p", label="y", shares="s") is None

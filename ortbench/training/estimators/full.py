@@ -12,9 +12,9 @@ from __future__ import annotations
 from functools import partial
 
 from ..errors import OrtBenchError
-from ..graphs.loss_graph import add_loss_output, scalar_loss, tensor_names
+from ..graphs.loss_graph import LossHead, add_loss_output, scalar_loss, tensor_names
 from ..graphs.nodes import unique_name
-from ..graphs.outputs import select_outputs
+from ..graphs.outputs import select_outputs, training_output
 from ..learning_rates import BaseLearningRate
 from ..losses import BaseLearningLoss, loss_from_name
 from ..steps.batches import Batch
@@ -146,18 +146,30 @@ class FullTrainer(BaseTrainer):
 
     def _build(self) -> None:
         loss_name = self.loss_output_name
+        head = None
         if self._loss_in_model:
             with_loss = scalar_loss(self.model_, loss_name)
         else:
             # new names the model does not use (an input may be called 'label')
             names = tensor_names(self._train_model.graph)
             loss_name = unique_name(names, loss_name)
+            label, shares = unique_name(names, "label"), unique_name(names, "loss_scale")
+            # static first: dropping a converter's final Reshape keeps the output's name
+            model = self._static_batch(self._train_model)
             with_loss = add_loss_output(
-                self._train_model,
+                model,
                 score_name=self.learning_loss_,
                 loss_name=loss_name,
-                scale_name=unique_name(names, "loss_scale"),
+                label_name=label,
+                scale_name=shares,
                 penalty=self.penalty,
+            )
+            head = LossHead.of(
+                self.learning_loss_,
+                self.penalty,
+                predicted=training_output(model),
+                label=label,
+                shares=shares,
             )
         with_loss = self._static_batch(select_outputs(with_loss, [loss_name]))
         n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
@@ -171,6 +183,7 @@ class FullTrainer(BaseTrainer):
                 self._sessions,
                 feeds,
                 loss_name,
+                head,
             )
         else:
             self._steps = OnDeviceSteps(

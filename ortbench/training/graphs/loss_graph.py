@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -27,6 +29,44 @@ from .shapes import inferred_shapes
 
 #: The clipping bound of the seed's log loss when ``add_loss_output`` is given none.
 SEED_LOG_EPS = 1e-6
+
+
+class LossHead(NamedTuple):
+    """A loss :func:`add_loss_output` appended (``convention='sklearn'``, rows weighed by
+    ``scale_name``, no penalty), described for its hand-written gradient.
+
+    Differentiated node by node, the squared error's gradient takes four nodes (the
+    batch sum's, the weighting Gemm's, both factors of ``d * d``); written by hand it takes
+    two (see :meth:`gradient_nodes`).
+    """
+
+    #: The loss of each element, whose derivative :meth:`gradient_nodes` writes.
+    loss: BaseLearningLoss
+    #: The model's output the loss compares with the labels.
+    predicted: str
+    #: The labels' input.
+    label: str
+    #: The (n, 1) input of each row's share of the batch loss.
+    shares: str
+
+    def gradient_nodes(self, b: GraphBuilder, scale: str) -> str:
+        """Add the nodes of ``scale`` times the batch loss's gradient with respect to
+        ``predicted``; return its name.
+
+        The loss's own nodes compute the same difference, which onnxruntime's common
+        subexpression elimination merges with this one.
+        Inputs: ``predicted`` (n, c), ``label`` (n, c), ``shares`` (n, 1) and ``scale``
+        (a scalar: the step factor seeds the gradient). Output: (n, c).
+        """
+        derivative = self.loss.element_nodes(b, self.label, self.predicted)[2]
+        return b.op("Mul", derivative, b.op("Mul", self.shares, scale))
+
+    @classmethod
+    def of(cls, loss: BaseLearningLoss, penalty, **names: str) -> LossHead | None:
+        """The head of a regression loss (its derivative is that of the term the graph
+        differentiates) without a penalty (whose gradient would need the weights' own
+        nodes); None otherwise, and the graph is differentiated node by node."""
+        return None if loss.is_classification or penalty else cls(loss, **names)
 
 
 def add_loss_output(

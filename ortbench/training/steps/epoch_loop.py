@@ -30,6 +30,7 @@ from onnx import helper
 from ..errors import OrtBenchError
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
+from ..graphs.loss_graph import LossHead
 from ..learning_rates import BaseLearningRate
 from ..runtime import capi
 from ..runtime.devices import cpu_scalar
@@ -49,6 +50,7 @@ def epoch_loop_graph(
     loss_name: str,
     n_batches: int,
     state_width: int | None = None,
+    head: LossHead | None = None,
 ) -> onnx.ModelProto:
     """One epoch of training as one graph: a ``Scan`` over the staged batches.
 
@@ -67,6 +69,9 @@ def epoch_loop_graph(
     state_width : int, optional
         The length of the flat optimizer state (see
         :class:`~ortbench.training.steps.buffers.WeightBuffers`), for a rate with a state.
+    head : LossHead, optional
+        The loss appended to the model, whose gradient is written by hand (see
+        :func:`~ortbench.training.steps.fused.step_graph`).
 
     Returns
     -------
@@ -77,7 +82,7 @@ def epoch_loop_graph(
         a state. Outputs: ``<w>_after`` for each weight, ``state_after`` (flat) with a
         state, then ``losses``, the loss of each batch before its update.
     """
-    step = fused_step_graph(with_loss, weights, rate, loss_name)
+    step = fused_step_graph(with_loss, weights, rate, loss_name, head)
     body = step.graph
     opset = next(o.version for o in step.opset_import if o.domain in ("", "ai.onnx"))
     inputs = {i.name: i for i in body.input}
@@ -158,8 +163,9 @@ class EpochLoopSteps(OneGraphSteps):
         sessions: SessionMaker,
         feeds: Callable[[Batch], tuple],
         loss_name: str,
+        head: LossHead | None = None,
     ):
-        super().__init__(with_loss, weights, rate, sessions, feeds, loss_name)
+        super().__init__(with_loss, weights, rate, sessions, feeds, loss_name, head)
         if not self._buffers.on_cpu:
             raise OrtBenchError("the epoch loop runs on the CPU only: use device='cpu'")
         self._with_loss = with_loss
@@ -179,6 +185,7 @@ class EpochLoopSteps(OneGraphSteps):
                 self._loss_name,
                 self._n_batches,
                 width if self._buffers.has_state else None,
+                self._head,
             )
             self.graphs = {"epoch_loop": model}
             self._session = self._sessions.session(

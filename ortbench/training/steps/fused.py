@@ -22,6 +22,7 @@ from ..errors import OrtBenchError
 from ..gradients.portable import vjp_graph
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
+from ..graphs.loss_graph import LossHead
 from ..graphs.weights import get_initializers, weights_as_inputs
 from ..learning_rates import BaseLearningRate, LearningRateAdamW
 from ..runtime import capi
@@ -31,17 +32,44 @@ from .batches import Batch, BatchLoader
 from .buffers import DoubleBufferedSteps, WeightBuffers
 
 
-def step_graph(with_loss: onnx.ModelProto, weights: list[str], loss_name: str) -> onnx.ModelProto:
+def step_graph(
+    with_loss: onnx.ModelProto, weights: list[str], loss_name: str, head: LossHead | None = None
+) -> onnx.ModelProto:
     """Forward, loss and backward as one graph, whose gradients come out as the steps.
 
     The loss's gradient is seeded with the step factor instead of 1, so every gradient
-    comes out as the step itself: no ``Mul`` per weight.
+    comes out as the step itself: no ``Mul`` per weight. With a ``head``, the gradient of
+    the loss with respect to the model's prediction is the head's hand-written one (two
+    nodes) and only the model is differentiated node by node.
     Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``, then
     ``step_scale`` (scalar, the rate's step factor, -lr for SGD).
     Outputs: ``<w>_grad`` for each weight (the step ``e``), then the loss of the batch.
     """
     model = weights_as_inputs(with_loss, weights)
-    return vjp_graph(model, weights, seeds={loss_name: "step_scale"})
+    if head is None:
+        return vjp_graph(model, weights, seeds={loss_name: "step_scale"})
+    graph = model.graph
+    loss = next(o for o in graph.output if o.name == loss_name)
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info(head.predicted, TensorProto.FLOAT, None))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
+    b = GraphBuilder("loss_gradient", opset=opset, prefix="loss_gradient_")
+    seed = head.gradient_nodes(b, b.input("step_scale", []))
+    step = vjp_graph(model, weights, seeds={head.predicted: seed})
+    # the seed was an input of the differentiated graph: the head's nodes compute it,
+    # after the model's nodes (they read the prediction), before the gradient's
+    graph = step.graph
+    inputs = [i for i in graph.input if i.name != seed]
+    del graph.input[:]
+    graph.input.extend([*inputs, *b.inputs])
+    graph.initializer.extend(b.initializers)
+    nodes = list(graph.node)
+    forward = len(model.graph.node)
+    del graph.node[:]
+    graph.node.extend([*nodes[:forward], *b.nodes, *nodes[forward:]])
+    graph.output.pop()  # the prediction
+    graph.output.append(loss)
+    return step
 
 
 def fused_step_graph(
@@ -49,9 +77,10 @@ def fused_step_graph(
     weights: list[str],
     rate: BaseLearningRate,
     loss_name: str,
+    head: LossHead | None = None,
 ) -> onnx.ModelProto:
-    """One training step as one graph: :func:`step_graph` and the rate's update of each
-    weight.
+    """One training step as one graph: :func:`step_graph` (with ``head``) and the rate's
+    update of each weight.
 
     Without a state the update ``w + e`` is a ``Sum``, which onnxruntime folds into the
     ``Gemm`` computing a coefficient's step.
@@ -60,7 +89,7 @@ def fused_step_graph(
     Outputs: ``<w>_new`` (and ``<w>_state_new``) for each weight, then the loss of the
     batch (before the update).
     """
-    step = step_graph(with_loss, weights, loss_name)
+    step = step_graph(with_loss, weights, loss_name, head)
     opset = next((o.version for o in step.opset_import if o.domain in ("", "ai.onnx")), 21)
     b = GraphBuilder("update", opset=opset, prefix="update_")
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in step.graph.input}
@@ -109,6 +138,9 @@ class OneGraphSteps(DoubleBufferedSteps):
         (see :func:`ortbench.training.estimators.full.batch_feeds`).
     loss_name : str
         The model's loss output.
+    head : LossHead, optional
+        The loss appended to the model, whose gradient is then written by hand (see
+        :func:`step_graph`).
 
     Raises
     ------
@@ -126,6 +158,7 @@ class OneGraphSteps(DoubleBufferedSteps):
         sessions: SessionMaker,
         feeds: Callable[[Batch], tuple],
         loss_name: str,
+        head: LossHead | None = None,
     ):
         if isinstance(rate, LearningRateAdamW):
             raise OrtBenchError("LearningRateAdamW runs only with backend='ort-training'")
@@ -134,6 +167,7 @@ class OneGraphSteps(DoubleBufferedSteps):
         self._sessions = sessions
         self._feeds = feeds
         self._loss_name = loss_name
+        self._head = head
         self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
         initial = get_initializers(with_loss, weights)
         self._buffers = WeightBuffers(initial, rate.n_states, sessions.ort_device, set())
@@ -167,17 +201,18 @@ class FusedSteps(OneGraphSteps):
         sessions: SessionMaker,
         feeds: Callable[[Batch], tuple],
         loss_name: str,
+        head: LossHead | None = None,
     ):
-        super().__init__(with_loss, weights, rate, sessions, feeds, loss_name)
+        super().__init__(with_loss, weights, rate, sessions, feeds, loss_name, head)
         buffers = self._buffers
         self._stacked = buffers.has_state and buffers.on_cpu
         if self._stacked:
-            model = step_graph(with_loss, weights, loss_name)
+            model = step_graph(with_loss, weights, loss_name, head)
             update, self._update_session, self._updates = buffers.stacked_update(rate, sessions)
             self.graphs = {"train_step": model, "update": update}
             self._session = sessions.session(fit_runtime(model).SerializeToString(), "train_step")
         else:
-            model = fused_step_graph(with_loss, weights, rate, loss_name)
+            model = fused_step_graph(with_loss, weights, rate, loss_name, head)
             self.graphs = {"fused_step": model}
             self._session = sessions.session(fit_runtime(model).SerializeToString(), "fused_step")
         self._loss_out = np.zeros((), dtype=np.float32)
