@@ -240,21 +240,30 @@ def test_the_hand_written_loss_gradient_is_the_differentiated_one(loss, columns,
     loss = BaseLearningLoss.select(loss)
     with_loss = add_loss_output(model, loss, label_name="label", scale_name="shares")
     with_loss = select_outputs(with_loss, ["loss"])
+    grad_scale = onnx.helper.make_tensor_value_info("grad_scale", onnx.TensorProto.FLOAT, [16, 1])
     weights = ["W1", "b1", "W2", "b2"]
+    shares = rng.uniform(0.2, 2.0, (16, 1)).astype(np.float32) / 16
     feeds = {
         "X": rng.standard_normal((16, 5)).astype(np.float32),
         "label": rng.standard_normal((16, columns)).astype(np.float32),
-        "shares": rng.uniform(0.2, 2.0, (16, 1)).astype(np.float32) / 16,
-        "step_scale": np.array(-0.1, dtype=np.float32),
+        "shares": shares,
         **{i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer},
     }
+    by_hand = onnx.ModelProto()
+    by_hand.CopyFrom(with_loss)
+    by_hand.graph.input.append(grad_scale)  # what the trainer adds for a head
+    cases = {
+        "by hand": (by_hand, LossHead(loss, "Y", "label", "grad_scale"), "grad_scale", shares),
+        "rules": (with_loss, None, "step_scale", np.array(1, dtype=np.float32)),
+    }
     found, nodes = {}, {}
-    for key, head in (("by hand", LossHead(loss, "Y", "label", "shares")), ("rules", None)):
-        graph = step_graph(with_loss, weights, "loss", head).SerializeToString()
+    for key, (graph, head, scale, factor) in cases.items():
+        graph = step_graph(graph, weights, "loss", head).SerializeToString()
         options = onnxruntime.SessionOptions()
         options.optimized_model_filepath = str(tmp_path / f"{key}.onnx")
         session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
-        found[key] = session.run(None, feeds)
+        step = np.asarray(factor * np.float32(-0.1), dtype=np.float32)
+        found[key] = session.run(None, {**feeds, scale: step})
         nodes[key] = len(onnx.load(options.optimized_model_filepath).graph.node)
     for by_hand, differentiated in zip(found["by hand"], found["rules"]):
         np.testing.assert_allclose(by_hand, differentiated, rtol=1e-5, atol=1e-7)
@@ -263,9 +272,8 @@ def test_the_hand_written_loss_gradient_is_the_differentiated_one(loss, columns,
 
 
 def test_a_penalty_or_a_classification_loss_keeps_the_differentiated_gradient():
-    assert LossHead.of(SquareLearningLoss(), None, predicted="p", label="y", shares="s")
-    assert (
-        LossHead.of(SquareLearningLoss(), {"w": 1e-4}, predicted="p", label="y", shares="s") is None
-    )
+    names = dict(predicted="p", label="y", grad_scale="g")
+    assert LossHead.of(SquareLearningLoss(), None, **names)
+    assert LossHead.of(SquareLearningLoss(), {"w": 1e-4}, **names) is None
     log = NegLogLearningLoss(probability_function="softmax")
-    assert LossHead.of(log, None, predicted="p", label="y", shares="s") is None
+    assert LossHead.of(log, None, **names) is None

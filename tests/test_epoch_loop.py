@@ -64,7 +64,8 @@ def test_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx):
 
 @pytest.mark.parametrize("epoch_loop", [True, False], ids=["epoch loop", "per step"])
 def test_the_sgd_step_is_what_onnxruntime_fuses(epoch_loop, regression, mlp_onnx, tmp_path):
-    """The step factor seeds the loss's gradient (no node scales the gradients), a Relu's
+    """The step factor seeds the loss's gradient, which is written by hand (one node reads
+    the batch's gradient scale, none the step factor, none scales the gradients), a Relu's
     gradient reads the Relu's output (so onnxruntime fuses the Relu into its Gemm), and a
     coefficient's update is a ``Sum`` that onnxruntime folds into its gradient's Gemm: in
     the epoch loop's body and in the per-step graph alike, where no update is flat (no
@@ -85,7 +86,9 @@ def test_the_sgd_step_is_what_onnxruntime_fuses(epoch_loop, regression, mlp_onnx
     written_by = {o: n.op_type for n in nodes for o in n.output}
     coefficients = [w for w in trainer.get_state() if w.startswith("coefficient")]
     assert ops["Relu"] == 0 and ops["FusedGemm"] == 2 and ops["Concat"] == 0, ops
-    assert sum("step_scale" in n.input for n in nodes) == 1, ops
+    assert not any("step_scale" in n.input for n in nodes), ops
+    assert [n.op_type for n in nodes if "grad_scale" in n.input] == ["Mul"], ops
+    assert ops["Add"] == ops["Unsqueeze"] == 0, ops  # what the loss's rules would add
     assert len(coefficients) == 3
     assert [written_by[f"{w}_new"] for w in coefficients] == ["Gemm"] * 3, ops
 

@@ -120,19 +120,41 @@ def test_wide_relu_layer_follows_scikit_learn(trainer, backend, regression):
         )
 
 
+#: The trainers whose rate changes every epoch with invscaling: the forward/backward
+#: steps, and the full steps one run per step or per epoch (the step factor reaches their
+#: graphs through the batches' gradient scales, refreshed when the rate changes).
+OVER_EPOCHS = {
+    "forward/backward": (ForwardBackwardTrainer, {}),
+    "full": (FullTrainer, {}),
+    "full, epoch loop": (FullTrainer, {"epoch_loop": True}),
+}
+
+
 @pytest.mark.parametrize(
     "backend", [pytest.param("ort-training", marks=pytest.mark.training_build), "portable"]
 )
-@pytest.mark.parametrize("nesterov", [True, False], ids=["nesterov", "classical"])
-def test_momentum_with_invscaling_follows_scikit_learn_over_epochs(nesterov, backend, regression):
-    """Three epochs of momentum whose rate changes every epoch, against MLPRegressor."""
+@pytest.mark.parametrize("trainer", OVER_EPOCHS)
+@pytest.mark.parametrize(
+    ("momentum", "nesterov"), [(0.9, True), (0.9, False), (0.0, False)],
+    ids=["nesterov", "classical", "no momentum"],
+)  # fmt: skip
+def test_invscaling_follows_scikit_learn_over_epochs(
+    momentum, nesterov, trainer, backend, regression
+):
+    """Three epochs whose rate changes every epoch, with and without momentum, against
+    MLPRegressor."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
 
+    klass, options = OVER_EPOCHS[trainer]
+    if options and backend != "portable":
+        pytest.skip("the epoch loop runs on the portable backend only")
+    if klass is FullTrainer and backend != "portable" and momentum:
+        pytest.skip("onnxruntime's on-device training has no momentum")
     X, y = regression
     settings = dict(
-        learning_rate="invscaling", learning_rate_init=0.05, power_t=0.5, momentum=0.9,
+        learning_rate="invscaling", learning_rate_init=0.05, power_t=0.5, momentum=momentum,
         nesterovs_momentum=nesterov, alpha=0.0, shuffle=False, batch_size=16,
     )  # fmt: skip
     reference = fitted_mlp(X, y, **settings)
@@ -142,12 +164,15 @@ def test_momentum_with_invscaling_follows_scikit_learn_over_epochs(nesterov, bac
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         reference.fit(X, y)
-    rate = LearningRateSGDNesterov(
-        0.05, learning_rate="invscaling", power_t=0.5, momentum=0.9, nesterov=nesterov
-    )
-    model = ForwardBackwardTrainer(
-        onx, learning_rate=rate, batch_size=16, max_iter=3, shuffle=False, backend=backend
-    )
+    schedule = dict(learning_rate="invscaling", power_t=0.5)
+    if momentum:
+        rate = LearningRateSGDNesterov(0.05, momentum=momentum, nesterov=nesterov, **schedule)
+    else:
+        rate = LearningRateSGD(0.05, **schedule)
+    model = klass(
+        onx, learning_rate=rate, batch_size=16, max_iter=3, shuffle=False, backend=backend,
+        **options,
+    )  # fmt: skip
     state = model.fit(X, y).get_state()
     names = ortbench_names(len(reference.coefs_))
     for name, expected in zip(names, reference.coefs_ + reference.intercepts_):

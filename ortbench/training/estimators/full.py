@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from functools import partial
 
+from onnx import TensorProto, helper
+
 from ..errors import OrtBenchError
 from ..graphs.loss_graph import LossHead, add_loss_output, scalar_loss, tensor_names
 from ..graphs.nodes import unique_name
@@ -154,26 +156,40 @@ class FullTrainer(BaseTrainer):
             names = tensor_names(self._train_model.graph)
             loss_name = unique_name(names, loss_name)
             label, shares = unique_name(names, "label"), unique_name(names, "loss_scale")
-            # static first: dropping a converter's final Reshape keeps the output's name
-            model = self._static_batch(self._train_model)
             with_loss = add_loss_output(
-                model,
+                self._train_model,
                 score_name=self.learning_loss_,
                 loss_name=loss_name,
                 label_name=label,
                 scale_name=shares,
                 penalty=self.penalty,
             )
+            # static while the prediction is an output: dropping a converter's final
+            # Reshape then keeps the prediction's name
+            with_loss = self._static_batch(with_loss)
             head = LossHead.of(
                 self.learning_loss_,
                 self.penalty,
-                predicted=training_output(model),
+                predicted=training_output(self._train_model),
                 label=label,
-                shares=shares,
+                grad_scale=unique_name(names, "grad_scale"),
             )
         with_loss = self._static_batch(select_outputs(with_loss, [loss_name]))
+        if head is not None and self._steps_class() is not OnDeviceSteps:
+            # the hand-written gradient's column, the last data input (see batch_feeds)
+            column = [self.batch_size, 1]
+            with_loss.graph.input.append(
+                helper.make_tensor_value_info(head.grad_scale, TensorProto.FLOAT, column)
+            )
+        else:
+            head = None
         n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
-        feeds = partial(batch_feeds, n_feeds=n_feeds, loss_scale=not self._loss_in_model)
+        feeds = partial(
+            batch_feeds,
+            n_feeds=n_feeds,
+            loss_scale=not self._loss_in_model,
+            grad_scale=head is not None,
+        )
         steps = self._steps_class()
         if steps is not OnDeviceSteps:
             self._steps = steps(
@@ -191,7 +207,7 @@ class FullTrainer(BaseTrainer):
             )
 
 
-def batch_feeds(batch: Batch, n_feeds: int, loss_scale: bool) -> tuple:
+def batch_feeds(batch: Batch, n_feeds: int, loss_scale: bool, grad_scale: bool = False) -> tuple:
     """What a full-training graph reads of a staged batch, in its input order.
 
     Parameters
@@ -204,6 +220,9 @@ def batch_feeds(batch: Batch, n_feeds: int, loss_scale: bool) -> tuple:
         True for the loss :func:`add_loss_output` appends, which reads X, the labels and
         the loss-scale column; False for a loss the model outputs, which reads the first
         ``n_feeds`` of X, the labels and the sample weights.
+    grad_scale : bool, default=False
+        With ``loss_scale``: the gradient-scale column too, which a hand-written loss
+        gradient reads (see :class:`~ortbench.training.graphs.loss_graph.LossHead`).
 
     Returns
     -------
@@ -211,5 +230,6 @@ def batch_feeds(batch: Batch, n_feeds: int, loss_scale: bool) -> tuple:
         The OrtValues to feed.
     """
     if loss_scale:
-        return (*batch.values[:2], batch.loss_scale)
+        scales = (batch.loss_scale, batch.grad_scale) if grad_scale else (batch.loss_scale,)
+        return (*batch.values[:2], *scales)
     return batch.values[:n_feeds]

@@ -35,9 +35,11 @@ class LossHead(NamedTuple):
     """A loss :func:`add_loss_output` appended (``convention='sklearn'``, rows weighed by
     ``scale_name``, no penalty), described for its hand-written gradient.
 
-    Differentiated node by node, the squared error's gradient takes four nodes (the
-    batch sum's, the weighting Gemm's, both factors of ``d * d``); written by hand it takes
-    two (see :meth:`gradient_nodes`).
+    Differentiated node by node, the gradient of the squared error with respect to the
+    prediction takes four nodes and reads the step factor (the batch sum's, the weighting
+    Gemm's, both factors of ``d * d``); written by hand it takes one, which reads each
+    row's share of the loss times the step factor, a column the batch loader keeps (see
+    :meth:`gradient_nodes`).
     """
 
     #: The loss of each element, whose derivative :meth:`gradient_nodes` writes.
@@ -46,20 +48,20 @@ class LossHead(NamedTuple):
     predicted: str
     #: The labels' input.
     label: str
-    #: The (n, 1) input of each row's share of the batch loss.
-    shares: str
+    #: The (n, 1) input of each row's share of the batch loss times the step factor.
+    grad_scale: str
 
-    def gradient_nodes(self, b: GraphBuilder, scale: str) -> str:
-        """Add the nodes of ``scale`` times the batch loss's gradient with respect to
-        ``predicted``; return its name.
+    def gradient_nodes(self, b: GraphBuilder) -> str:
+        """Add the nodes of the batch loss's gradient with respect to ``predicted``, times
+        the step factor; return its name.
 
         The loss's own nodes compute the same difference, which onnxruntime's common
         subexpression elimination merges with this one.
-        Inputs: ``predicted`` (n, c), ``label`` (n, c), ``shares`` (n, 1) and ``scale``
-        (a scalar: the step factor seeds the gradient). Output: (n, c).
+        Inputs: ``predicted`` (n, c), ``label`` (n, c) and ``grad_scale`` (n, 1). Output:
+        (n, c).
         """
         derivative = self.loss.element_nodes(b, self.label, self.predicted)[2]
-        return b.op("Mul", derivative, b.op("Mul", self.shares, scale))
+        return b.op("Mul", derivative, self.grad_scale)
 
     @classmethod
     def of(cls, loss: BaseLearningLoss, penalty, **names: str) -> LossHead | None:

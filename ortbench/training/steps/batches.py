@@ -161,7 +161,9 @@ class BatchLoader:
         if factor != self._factor:
             self._factor = factor
             np.multiply(self._scales[0], factor, out=self._scales[1])
-            self._refresh_device()
+            if not self._on_cpu:  # the gradient scales only: the data did not change
+                for k, batch in enumerate(self.batches):
+                    batch.grad_scale.update_inplace(self._scales[1, k].reshape(-1, 1))
 
     def _rescale(self) -> None:
         """Recompute both scale columns from the sample weights now in the buffers."""

@@ -77,8 +77,8 @@ def epoch_loop_graph(
     -------
     onnx.ModelProto
         Inputs: ``<x>_epoch`` for each data input ``<x>`` of ``with_loss``, its batches
-        stacked on a new first axis; ``<w>_before`` for each weight; ``step_scale``
-        (scalar, the rate's step factor); then ``state_before`` (flat) when the rate keeps
+        stacked on a new first axis; ``<w>_before`` for each weight; without a head
+        ``step_scale`` (scalar, the rate's step factor); then ``state_before`` (flat) when the rate keeps
         a state. Outputs: ``<w>_after`` for each weight, ``state_after`` (flat) with a
         state, then ``losses``, the loss of each batch before its update.
     """
@@ -90,7 +90,7 @@ def epoch_loop_graph(
     carried = [w for w in weights for w in ([w, f"{w}_state"] if rate.n_states else [w])]
 
     # the body is the fused step, its inputs reordered as Scan reads them (the carried
-    # values, then batch i of each staged input); step_scale is the outer graph's
+    # values, then batch i of each staged input); step_scale, where read, is the outer graph's
     outputs = {o.name: o for o in body.output}
     scan_body = helper.make_graph(
         list(body.node),
@@ -104,7 +104,8 @@ def epoch_loop_graph(
     for name in data:
         b.input(f"{name}_epoch", [n_batches, *_dims(inputs[name])])
     initial = {w: b.input(f"{w}_before", _dims(inputs[w])) for w in weights}
-    b.input("step_scale", [])
+    if head is None:
+        b.input("step_scale", [])
     if rate.n_states:
         sizes = [int(np.prod(_dims(inputs[w]))) for w in weights]
         padding = state_width - sum(sizes)
@@ -175,6 +176,7 @@ class EpochLoopSteps(OneGraphSteps):
     def start_fit(self, loader: BatchLoader) -> None:
         """Build the loop for the loader's number of batches (when it changed) and bind
         the staged epoch, for both parities."""
+        self._use_loader(loader)
         if len(loader) != self._n_batches:
             self._n_batches = len(loader)
             width = self._buffers.group_shapes["weights"][0]
@@ -204,7 +206,7 @@ class EpochLoopSteps(OneGraphSteps):
         binding = capi.Binding(self._session)
         for name, value in zip(self._data_inputs, self._feeds(epoch)):
             binding.bind_input(f"{name}_epoch", value)
-        binding.bind_input("step_scale", self._step_scale.value)
+        self._bind_step_scale(binding)
         for name, before, after in zip(self.weights, buffers.weights[src], buffers.weights[dst]):
             binding.bind_input(f"{name}_before", before)  # views of the flat buffers
             binding.bind_output(f"{name}_after", after)

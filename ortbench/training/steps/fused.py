@@ -39,10 +39,12 @@ def step_graph(
 
     The loss's gradient is seeded with the step factor instead of 1, so every gradient
     comes out as the step itself: no ``Mul`` per weight. With a ``head``, the gradient of
-    the loss with respect to the model's prediction is the head's hand-written one (two
-    nodes) and only the model is differentiated node by node.
-    Inputs: the model's data inputs (X, labels, sample weights), each weight ``<w>``, then
-    ``step_scale`` (scalar, the rate's step factor, -lr for SGD).
+    the loss with respect to the model's prediction is the head's hand-written one, which
+    reads the step factor in ``head.grad_scale``, and only the model is differentiated
+    node by node.
+    Inputs: the model's data inputs (X, labels, sample weights or scale columns), each
+    weight ``<w>``, then without a head ``step_scale`` (scalar, the rate's step factor,
+    -lr for SGD).
     Outputs: ``<w>_grad`` for each weight (the step ``e``), then the loss of the batch.
     """
     model = weights_as_inputs(with_loss, weights)
@@ -54,14 +56,14 @@ def step_graph(
     graph.output.append(helper.make_tensor_value_info(head.predicted, TensorProto.FLOAT, None))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
     b = GraphBuilder("loss_gradient", opset=opset, prefix="loss_gradient_")
-    seed = head.gradient_nodes(b, b.input("step_scale", []))
+    seed = head.gradient_nodes(b)
     step = vjp_graph(model, weights, seeds={head.predicted: seed})
     # the seed was an input of the differentiated graph: the head's nodes compute it,
     # after the model's nodes (they read the prediction), before the gradient's
     graph = step.graph
     inputs = [i for i in graph.input if i.name != seed]
     del graph.input[:]
-    graph.input.extend([*inputs, *b.inputs])
+    graph.input.extend(inputs)
     graph.initializer.extend(b.initializers)
     nodes = list(graph.node)
     forward = len(model.graph.node)
@@ -140,7 +142,9 @@ class OneGraphSteps(DoubleBufferedSteps):
         The model's loss output.
     head : LossHead, optional
         The loss appended to the model, whose gradient is then written by hand (see
-        :func:`step_graph`).
+        :func:`step_graph`): the step factor is then in the batches' gradient scales
+        (:meth:`BatchLoader.set_gradient_factor`), which ``feeds`` gives after the loss
+        scales.
 
     Raises
     ------
@@ -168,6 +172,7 @@ class OneGraphSteps(DoubleBufferedSteps):
         self._feeds = feeds
         self._loss_name = loss_name
         self._head = head
+        self._loader: BatchLoader | None = None
         self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
         initial = get_initializers(with_loss, weights)
         self._buffers = WeightBuffers(initial, rate.n_states, sessions.ort_device, set())
@@ -176,7 +181,22 @@ class OneGraphSteps(DoubleBufferedSteps):
 
     def set_learning_rate(self, value: float) -> None:
         """Make the next steps use the learning rate ``value``."""
-        self._step_scale.set(self._rate.step_factor(value))  # bound once, read by every run
+        factor = self._rate.step_factor(value)
+        self._step_scale.set(factor)  # bound once, read by every run
+        if self._head is not None and self._loader is not None:
+            self._loader.set_gradient_factor(factor)
+
+    def _use_loader(self, loader: BatchLoader) -> None:
+        """Keep the loader whose batches the runs read: with a head, its gradient scales
+        hold the step factor."""
+        self._loader = loader
+        if self._head is not None:
+            loader.set_gradient_factor(float(self._step_scale))
+
+    def _bind_step_scale(self, binding: capi.Binding) -> None:
+        """Bind the step factor, which a graph without a head reads."""
+        if self._head is None:
+            binding.bind_input("step_scale", self._step_scale.value)
 
 
 class FusedSteps(OneGraphSteps):
@@ -219,6 +239,7 @@ class FusedSteps(OneGraphSteps):
 
     def start_fit(self, loader: BatchLoader) -> None:
         """Bind each staged batch's feeds, for both parities."""
+        self._use_loader(loader)
         self._n_samples = loader.n_samples
         self._records = [
             FusedStep(tuple(self._bind(batch, p) for p in (0, 1)), batch.length)
@@ -232,7 +253,7 @@ class FusedSteps(OneGraphSteps):
         binding = capi.Binding(self._session)
         for name, value in zip(self._data_inputs, self._feeds(batch)):
             binding.bind_input(name, value)
-        binding.bind_input("step_scale", self._step_scale.value)
+        self._bind_step_scale(binding)
         binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
         for i, name in enumerate(self.weights):
             binding.bind_input(name, buffers.weights[src][i])  # views of the flat buffers on CPU
