@@ -167,22 +167,21 @@ class FullTrainer(BaseTrainer):
             # static while the prediction is an output: dropping a converter's final
             # Reshape then keeps the prediction's name
             with_loss = self._static_batch(with_loss)
-            head = LossHead.of(
-                self.learning_loss_,
-                self.penalty,
-                predicted=training_output(self._train_model),
-                label=label,
-                grad_scale=unique_name(names, "grad_scale"),
-            )
+            if self._steps_class() is not OnDeviceSteps:
+                head = LossHead.of(
+                    self.learning_loss_,
+                    self.penalty,
+                    predicted=training_output(self._train_model),
+                    label=label,
+                    grad_scale=unique_name(names, "grad_scale"),
+                )
         with_loss = self._static_batch(select_outputs(with_loss, [loss_name]))
-        if head is not None and self._steps_class() is not OnDeviceSteps:
+        if head is not None:
             # the hand-written gradient's column, the last data input (see batch_feeds)
             column = [self.batch_size, 1]
             with_loss.graph.input.append(
                 helper.make_tensor_value_info(head.grad_scale, TensorProto.FLOAT, column)
             )
-        else:
-            head = None
         n_feeds = sum(i.name not in self.weights_ for i in with_loss.graph.input)
         feeds = partial(
             batch_feeds,

@@ -35,11 +35,11 @@ class LossHead(NamedTuple):
     """A loss :func:`add_loss_output` appended (``convention='sklearn'``, rows weighed by
     ``scale_name``, no penalty), described for its hand-written gradient.
 
-    Differentiated node by node, the gradient of the squared error with respect to the
-    prediction takes four nodes and reads the step factor (the batch sum's, the weighting
-    Gemm's, both factors of ``d * d``); written by hand it takes one, which reads each
-    row's share of the loss times the step factor, a column the batch loader keeps (see
-    :meth:`gradient_nodes`).
+    Differentiated node by node, the squared error's gradient with respect to the
+    prediction takes four nodes: one each for the batch sum, the weighting Gemm and both
+    factors of ``d * d``. Written by hand it takes one (see :meth:`gradient_nodes`),
+    which reads each row's share of the loss times the step factor, a column the batch
+    loader keeps.
     """
 
     #: The loss of each element, whose derivative :meth:`gradient_nodes` writes.

@@ -78,9 +78,10 @@ def epoch_loop_graph(
     onnx.ModelProto
         Inputs: ``<x>_epoch`` for each data input ``<x>`` of ``with_loss``, its batches
         stacked on a new first axis; ``<w>_before`` for each weight; without a head
-        ``step_scale`` (scalar, the rate's step factor); then ``state_before`` (flat) when the rate keeps
-        a state. Outputs: ``<w>_after`` for each weight, ``state_after`` (flat) with a
-        state, then ``losses``, the loss of each batch before its update.
+        ``step_scale`` (scalar, the rate's step factor); then ``state_before`` (flat)
+        when the rate keeps a state. Outputs: ``<w>_after`` for each weight,
+        ``state_after`` (flat) with a state, then ``losses``, the loss of each batch
+        before its update.
     """
     step = fused_step_graph(with_loss, weights, rate, loss_name, head)
     body = step.graph
@@ -90,7 +91,8 @@ def epoch_loop_graph(
     carried = [w for w in weights for w in ([w, f"{w}_state"] if rate.n_states else [w])]
 
     # the body is the fused step, its inputs reordered as Scan reads them (the carried
-    # values, then batch i of each staged input); step_scale, where read, is the outer graph's
+    # values, then batch i of each staged input); step_scale, where read, is the outer
+    # graph's
     outputs = {o.name: o for o in body.output}
     scan_body = helper.make_graph(
         list(body.node),
