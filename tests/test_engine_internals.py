@@ -277,3 +277,11 @@ def test_a_penalty_or_a_classification_loss_keeps_the_differentiated_gradient():
     assert LossHead.of(SquareLearningLoss(), {"w": 1e-4}, **names) is None
     log = NegLogLearningLoss(probability_function="softmax")
     assert LossHead.of(log, None, **names) is None
+
+    class Shifted(SquareLearningLoss):
+        """A regression loss whose differentiated term is not the one of its derivative."""
+
+        def element_loss_nodes(self, b, expected, predicted):
+            return super().element_loss_nodes(b, expected, b.op("Add", predicted, b.const(1.0)))
+
+    assert LossHead.of(Shifted(), None, **names) is None

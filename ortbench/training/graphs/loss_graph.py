@@ -65,10 +65,17 @@ class LossHead(NamedTuple):
 
     @classmethod
     def of(cls, loss: BaseLearningLoss, penalty, **names: str) -> LossHead | None:
-        """The head of a regression loss (its derivative is that of the term the graph
-        differentiates) without a penalty (whose gradient would need the weights' own
-        nodes); None otherwise, and the graph is differentiated node by node."""
-        return None if loss.is_classification or penalty else cls(loss, **names)
+        """The head of a regression loss without a penalty (whose gradient would need the
+        weights' own nodes); None otherwise, and the graph is differentiated node by node.
+
+        A loss whose ``element_loss_nodes`` writes another term than ``element_nodes``
+        (the log loss's, which shifts where the other clips) gets None too: the derivative
+        ``element_nodes`` writes is not that term's.
+        """
+        own_term = type(loss).element_loss_nodes is BaseLearningLoss.element_loss_nodes
+        if loss.is_classification or penalty or not own_term:
+            return None
+        return cls(loss, **names)
 
 
 def add_loss_output(
