@@ -130,17 +130,24 @@ OVER_EPOCHS = {
 }
 
 
-@pytest.mark.parametrize(
-    "backend", [pytest.param("ort-training", marks=pytest.mark.training_build), "portable"]
-)
-@pytest.mark.parametrize("trainer", OVER_EPOCHS)
-@pytest.mark.parametrize(
-    ("momentum", "nesterov"), [(0.9, True), (0.9, False), (0.0, False)],
-    ids=["nesterov", "classical", "no momentum"],
-)  # fmt: skip
-def test_invscaling_follows_scikit_learn_over_epochs(
-    momentum, nesterov, trainer, backend, regression
-):
+MOMENTA = {"nesterov": (0.9, True), "classical": (0.9, False), "no momentum": (0.0, False)}
+
+
+def _over_epochs_cases():
+    """Each trainer, momentum and backend that runs: the epoch loop is portable only, and
+    onnxruntime's on-device training has no momentum."""
+    for trainer, (klass, options) in OVER_EPOCHS.items():
+        for momentum, (value, _) in MOMENTA.items():
+            yield pytest.param(momentum, trainer, "portable", id=f"{momentum}-{trainer}-portable")
+            if not options and not (klass is FullTrainer and value):
+                yield pytest.param(
+                    momentum, trainer, "ort-training", marks=pytest.mark.training_build,
+                    id=f"{momentum}-{trainer}-ort-training",
+                )  # fmt: skip
+
+
+@pytest.mark.parametrize(("momentum", "trainer", "backend"), list(_over_epochs_cases()))
+def test_invscaling_follows_scikit_learn_over_epochs(momentum, trainer, backend, regression):
     """Three epochs whose rate changes every epoch, with and without momentum, against
     MLPRegressor."""
     import warnings
@@ -148,10 +155,7 @@ def test_invscaling_follows_scikit_learn_over_epochs(
     from sklearn.exceptions import ConvergenceWarning
 
     klass, options = OVER_EPOCHS[trainer]
-    if options and backend != "portable":
-        pytest.skip("the epoch loop runs on the portable backend only")
-    if klass is FullTrainer and backend != "portable" and momentum:
-        pytest.skip("onnxruntime's on-device training has no momentum")
+    momentum, nesterov = MOMENTA[momentum]
     X, y = regression
     settings = dict(
         learning_rate="invscaling", learning_rate_init=0.05, power_t=0.5, momentum=momentum,
