@@ -27,10 +27,14 @@ from ortbench.training import (
     add_loss_output,
 )
 from ortbench.training.gradients.derivative import choose_backend
+from ortbench.training.gradients.kernel_forms import masked_gradient
+from ortbench.training.gradients.portable_rules.registry import RuleContext
+from ortbench.training.graphs.builder import GraphBuilder
 from ortbench.training.graphs.loss_graph import LossHead
 from ortbench.training.graphs.outputs import select_outputs
 from ortbench.training.losses import BaseLearningLoss
 from ortbench.training.runtime.build import runtime_problem
+from ortbench.training.runtime.sessions import session_options
 from ortbench.training.steps.fused import step_graph
 
 
@@ -187,16 +191,81 @@ def test_the_stacked_update_takes_the_pool_where_its_rows_outgrow_one_cache(
     ("trainer", "graph_name"),
     [(FullTrainer, "training_model"), (ForwardBackwardTrainer, "training")],
 )
-def test_only_large_relu_gradients_become_mask_products(trainer, graph_name, regression):
-    """Hidden layers of 300 and 4 at batch 16: 4,800 values take the mask product, 64 keep
-    onnxruntime's ReluGrad (MASK_FROM is 4,096)."""
+def test_only_large_gradient_kernels_take_the_fast_forms(trainer, graph_name, regression):
+    """Hidden layers of 300 and 4 at batch 16: the Relu of 4,800 values takes the mask
+    product and its bias's 16 x 300 gradient the product by ones; the Relu and bias of 64
+    values keep onnxruntime's ReluGrad and ReduceSum (MASK_FROM and COLUMN_SUM_FROM are
+    4,096)."""
     X, y = regression
     onx = to_onnx(fitted_mlp(X, y, hidden=(300, 4)), X[:1])
     model = trainer(onx, learning_rate=LearningRateSGD(0.01), batch_size=16, max_iter=1)
     graph = onnx.load_model_from_string(model.fit(X, y)._steps.graphs[graph_name]).graph
     ops = [node.op_type for node in graph.node]
     assert ops.count("ReluGrad") == 1
-    assert ops.count("Greater") == 1
+    assert ops.count("Clip") == 1
+    constants = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    by_ones = [
+        n.input[1]
+        for n in graph.node
+        if n.op_type == "MatMul" and np.all(constants.get(n.input[0], 0) == 1)
+    ]
+    assert len(by_ones) == 1
+    summed = [n.input[0] for n in graph.node if n.op_type == "ReduceSum"]
+    assert by_ones[0] not in summed
+
+
+#: Values a Relu's input or output can hold, from -inf to inf, zeros and the smallest
+#: normal float among them.
+EDGE_VALUES = [
+    -np.inf,
+    -3.4e38,
+    -1.0,
+    -(2.0**-126),
+    -0.0,
+    0.0,
+    2.0**-126,
+    1e-30,
+    0.5,
+    1.0,
+    3.4e38,
+    np.inf,
+]
+
+
+@pytest.mark.parametrize("opset", [10, 17])
+def test_the_relu_mask_product_is_the_gradient_where_the_side_is_positive(opset):
+    """``masked_gradient`` against numpy's ``grad * (side > 0)`` on edge values, with Clip's
+    bounds as attributes (opset 10) and as inputs."""
+
+    rng = np.random.default_rng(0)
+    side = np.array(EDGE_VALUES + list(rng.standard_normal(500)), np.float32)
+    grad = rng.standard_normal(side.shape).astype(np.float32)
+    b = GraphBuilder("mask", opset)
+    out = masked_gradient(b, b.input("side", [side.size]), b.input("grad", [side.size]))
+    b.output(out, [side.size])
+    session = onnxruntime.InferenceSession(
+        b.to_model().SerializeToString(), session_options(1), providers=["CPUExecutionProvider"]
+    )
+    got = session.run(None, {"side": side, "grad": grad})[0]
+    np.testing.assert_array_equal(got, grad * (side > 0))
+
+
+@pytest.mark.parametrize("like", [[12], [1, 12]])
+def test_large_column_sums_are_a_product_by_ones(like):
+    """The gradient of a bias broadcast over 512 rows: one MatMul, no ReduceSum, and the
+    sum numpy gives (shaped like the bias)."""
+
+    grad = np.random.default_rng(0).standard_normal((512, 12)).astype(np.float32)
+    b = GraphBuilder("sum", 17)
+    shapes = {"bias": like, "out": [512, 12]}
+    total = RuleContext(b, shapes, set()).unbroadcast(b.input("grad", [512, 12]), "bias", "out")
+    b.output(total, like)
+    assert [n.op_type for n in b.nodes] == ["MatMul"]
+    session = onnxruntime.InferenceSession(
+        b.to_model().SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    got = session.run(None, {"grad": grad})[0]
+    np.testing.assert_allclose(got, grad.sum(axis=0).reshape(like), rtol=1e-5, atol=1e-5)
 
 
 def _two_layers(columns: int, rng) -> onnx.ModelProto:

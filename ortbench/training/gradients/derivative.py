@@ -21,9 +21,9 @@ from ..graphs.weights import check_weight_names, trainable_initializers, weights
 from ..runtime import capi
 from ..runtime.build import check_training_build, quiet_logs, runtime_problem
 from ..runtime.sessions import session_options
+from .kernel_forms import rewrite_gradient_kernels
 from .ort_preparation import gradient_builder_error, prepare_for_gradient_builder
 from .portable import vjp_graph
-from .relu_gradient import mask_relu_gradients
 
 BACKENDS = ("ort-training", "portable")
 
@@ -239,7 +239,8 @@ def build_training_graph(
 
     The weights become graph inputs: the trainer owns them as OrtValues and feeds them.
     ``inputs`` names the inputs whose gradient the graph also computes (none by default).
-    Large ``ReluGrad`` nodes become mask products (:mod:`ortbench.training.gradients.relu_gradient`).
+    Large ``ReluGrad`` and bias-sum nodes take faster forms
+    (:mod:`ortbench.training.gradients.kernel_forms`).
     """
     check_training_build()
     model = prepare_for_gradient_builder(weights_as_inputs(onx, weights))
@@ -257,7 +258,7 @@ def build_training_graph(
         raise gradient_builder_error(e, model) from None
     info = builder.get_graph_info()
     gradient_model = onnx.load_model_from_string(builder.get_gradient_model())
-    mask_relu_gradients(gradient_model)
+    rewrite_gradient_kernels(gradient_model)
     feeds = [i.name for i in gradient_model.graph.input]
     return TrainingGraph(
         model=fit_runtime(gradient_model).SerializeToString(),

@@ -20,8 +20,8 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import OrtBenchError
+from ..gradients.kernel_forms import rewrite_gradient_kernels
 from ..gradients.ort_preparation import gradient_builder_error, prepare_for_gradient_builder
-from ..gradients.relu_gradient import mask_relu_gradients
 from ..graphs.loading import fit_runtime
 from ..learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from ..runtime import capi
@@ -111,7 +111,7 @@ class OnDeviceSteps:
             training_path = os.path.join(folder, "training_model.onnx")
             always_overwrite_gradients(training_path)
             training = onnx.load(training_path)
-            if mask_relu_gradients(training):
+            if rewrite_gradient_kernels(training):
                 onnx.save(training, training_path)
             for name in ("training_model", "eval_model", "optimizer_model"):
                 with open(os.path.join(folder, f"{name}.onnx"), "rb") as f:

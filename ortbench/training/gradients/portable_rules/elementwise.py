@@ -6,7 +6,7 @@ import math
 
 from ...errors import OrtBenchError
 from ...graphs.nodes import node_attributes
-from ..relu_gradient import is_large, masked_gradient
+from ..kernel_forms import is_large, masked_gradient
 from .registry import rule
 
 

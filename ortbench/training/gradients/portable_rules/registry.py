@@ -15,6 +15,7 @@ import onnx
 
 from ...errors import OrtBenchError
 from ...graphs.builder import GraphBuilder
+from ..kernel_forms import COLUMN_SUM_FROM, column_sum
 
 Rule = Callable[["RuleContext", onnx.NodeProto, list], list]
 
@@ -86,6 +87,8 @@ class RuleContext:
         ]
         if not axes:
             return grad
+        if axes == [0] and len(ys) == 2 and None not in ys and ys[0] * ys[1] >= COLUMN_SUM_FROM:
+            return column_sum(self.b, grad, ys[0], keepdims=len(xs) == 2)
         if axes == list(range(lead)):  # leading axes only: dropping them gives the shape
             return self.reduce("ReduceSum", grad, axes, keepdims=0)
         summed = self.reduce("ReduceSum", grad, axes, keepdims=1)

@@ -1,0 +1,160 @@
+"""Gradient nodes in forms that onnxruntime's CPU kernels run fast, for both kinds of
+gradient graph: the portable rules write them, :func:`rewrite_gradient_kernels` puts them
+into onnxruntime-training's graphs.
+
+- **Relu's gradient as a mask product.** onnxruntime's CPU ``ReluGrad`` (the training
+  build's gradient graphs) and ``Where`` (what the portable rule of Relu uses on small
+  tensors) run far below memory speed on large tensors. The mask product is made of
+  vectorised kernels: ``Mul`` by :data:`MASK_SCALE`, ``Clip`` to [0, 1] (1 wherever the
+  Relu is positive, 0 elsewhere) and ``Mul`` by the gradient, about half the time of
+  ``Greater``, ``Cast`` and ``Mul``, whose ``Cast`` from booleans is not vectorised. It
+  gives the same gradient for finite values but positive denormals below 2**-127, which
+  the engine's sessions read as zero anyway (``session.set_denormal_as_zero``).
+- **A bias's gradient as a product by ones.** The sum of a matrix's rows is a ``MatMul``
+  by a vector of ones instead of a ``ReduceSum`` over the first axis, which runs several
+  times slower, on the pool slower still.
+
+Each form replaces its node one for one or adds nodes, so it is used from a size on
+(:data:`MASK_FROM`, :data:`COLUMN_SUM_FROM`; figures in ``benchmarks/README.md``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..graphs.builder import GraphBuilder
+from ..graphs.shapes import inferred_shapes
+
+#: Elements of the Relu's output from which the mask product replaces the one-node forms.
+MASK_FROM = 4096
+
+#: Elements of a matrix from which the sum of its rows is a product by ones.
+COLUMN_SUM_FROM = 4096
+
+#: What the mask product multiplies the Relu's side by before clipping it to [0, 1]: the
+#: largest power of two a float holds, so that every positive normal float reaches 1.
+MASK_SCALE = 2.0**127
+
+
+def is_large(shape: list | None) -> bool:
+    """Whether a Relu of this static ``shape`` (None or a None dimension: unknown) is large
+    enough for :func:`masked_gradient`."""
+    if shape is None or any(d is None for d in shape):
+        return False
+    return int(np.prod(shape)) >= MASK_FROM
+
+
+def masked_gradient(b: GraphBuilder, relu_side: str, grad: str, name: str | None = None) -> str:
+    """Append ``grad * float(relu_side > 0)`` to ``b``; return its name.
+
+    Parameters
+    ----------
+    b : GraphBuilder
+        Where the three nodes go (``Mul``, ``Clip``, ``Mul``).
+    relu_side : str
+        The Relu's input or output (both are positive at the same places).
+    grad : str
+        The gradient of the Relu's output.
+    name : str, optional
+        The name of the result.
+
+    Returns
+    -------
+    str
+        The gradient of the Relu's input.
+    """
+    scaled = b.op("Mul", relu_side, b.const(MASK_SCALE))
+    if b.opset >= 11:
+        mask = b.op("Clip", scaled, b.const(0.0), b.const(1.0))
+    else:  # the bounds were attributes before opset 11
+        mask = b.op("Clip", scaled, min=0.0, max=1.0)
+    return b.op("Mul", grad, mask, name=name)
+
+
+def column_sum(
+    b: GraphBuilder, matrix: str, rows: int, keepdims: bool, name: str | None = None
+) -> str:
+    """Append the sum of the rows of ``matrix`` (``rows`` of them) as a ``MatMul`` by ones.
+
+    Parameters
+    ----------
+    b : GraphBuilder
+        Where the node goes.
+    matrix : str
+        A float matrix of ``rows`` rows.
+    rows : int
+        Its number of rows.
+    keepdims : bool
+        True for a (1, columns) result (a row of ones), False for (columns,) (a vector).
+    name : str, optional
+        The name of the result.
+
+    Returns
+    -------
+    str
+        The sum.
+    """
+    ones = np.ones([1, rows] if keepdims else [rows], dtype=np.float32)
+    return b.op("MatMul", b.const(ones), matrix, name=name)
+
+
+def _is_row_sum(node: onnx.NodeProto, constants: dict, shapes: dict, types: dict) -> bool:
+    """Whether ``node`` is a ``ReduceSum`` over the first axis of a large float matrix."""
+    if node.op_type != "ReduceSum" or types.get(node.input[0]) != onnx.TensorProto.FLOAT:
+        return False
+    shape = shapes.get(node.input[0])
+    if shape is None or len(shape) != 2 or None in shape or shape[0] * shape[1] < COLUMN_SUM_FROM:
+        return False
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if len(node.input) > 1 and node.input[1]:
+        axes = constants.get(node.input[1])
+        axes = None if axes is None else axes.tolist()
+    else:
+        axes = attributes.get("axes")
+    return axes in ([0], [-2])
+
+
+def rewrite_gradient_kernels(model: onnx.ModelProto) -> int:
+    """Put the fast forms into a gradient graph built by onnxruntime-training, in place:
+    every large ``ReluGrad(dY, Y)`` becomes the mask product, every large ``ReduceSum``
+    over a matrix's rows a product by ones.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        A gradient graph whose forward shapes are static (shapes are read from onnx's
+        shape inference).
+
+    Returns
+    -------
+    int
+        How many nodes were replaced (none when onnx cannot infer the graph's shapes).
+    """
+    graph = model.graph
+    try:
+        shapes, types = inferred_shapes(model)
+    except onnx.shape_inference.InferenceError:
+        return 0  # an optimisation only: a graph onnx cannot infer runs as it is
+    constants = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    b = GraphBuilder("gradient_kernels", opset, prefix="ortbench_kernels_")
+    nodes, replaced = [], 0
+    for node in graph.node:
+        start = len(b.nodes)
+        if node.op_type == "ReluGrad" and is_large(shapes.get(node.input[1])):
+            masked_gradient(b, node.input[1], node.input[0], name=node.output[0])
+        elif _is_row_sum(node, constants, shapes, types):
+            keepdims = {a.name: a.i for a in node.attribute}.get("keepdims", 1)
+            rows = shapes[node.input[0]][0]
+            column_sum(b, node.input[0], rows, bool(keepdims), name=node.output[0])
+        else:
+            nodes.append(node)
+            continue
+        nodes.extend(b.nodes[start:])
+        replaced += 1
+    if replaced:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        graph.initializer.extend(b.initializers)
+    return replaced
