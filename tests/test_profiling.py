@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from ortbench.bench.matrix import QUICK
+from ortbench.bench.problems import batch_data_sizes, make_problem
 from ortbench.cli import main
 from ortbench.profiling import ort_profile, pyspy
 from ortbench.profiling.calltree import CallTree, profile_call, short_path
@@ -489,3 +490,24 @@ def test_coinciding_curves_are_named():
     same = coinciding({"sklearn": a, "full": a * (1 + 1e-5), "fwbw": a.copy(), "nesterov": a / 2})
     assert same == {"full": "sklearn", "fwbw": "sklearn"}
     assert coinciding({"x": a, "y": a[:2]}) == {}
+
+
+def test_a_profile_grows_generated_data_to_eight_full_batches(tmp_path, monkeypatch):
+    """At batch 128 the 800 training rows of make_regression would be 6.25 batches, the
+    last one padded: the profile grows the data set as the bench does, to 8 full ones."""
+    monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)
+    argv = ["profile", "ort-portable-full", "--batch-size", "128", "--epochs", "1"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    notes = (run / "profile-ort-portable-full" / "profile.md").read_text()
+    assert "make_regression (1024 training rows), batch size 128" in notes
+    assert "1 epoch of 8 steps" in notes
+
+
+@pytest.mark.parametrize(
+    ("dataset", "batch_size", "rows"),
+    [("make_regression", 16, 800), ("make_regression", 256, 2048), ("diabetes", 64, 353)],
+)
+def test_data_grow_to_eight_full_batches_where_they_are_generated(dataset, batch_size, rows):
+    sizes = batch_data_sizes("mlp", dataset, batch_size)
+    assert len(make_problem("mlp", dataset, **sizes).data.X_train) == rows

@@ -10,7 +10,6 @@ the model included), a cell that raised gets "failed: <error>": no cell disappea
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -19,11 +18,10 @@ import numpy as np
 
 from ..training import NoGradientError, OrtBenchError
 from .contenders import CONTENDERS, Contender, Unavailable, make_contender
-from .datasets import GENERATED, VALIDATION_FRACTION
 from .interruption import interruptible
 from .machine import available_devices, kernels, machine, versions
 from .memory import peak_memory
-from .problems import Problem, check_problems, make_problem
+from .problems import MIN_BATCHES, Problem, batch_data_sizes, check_problems, make_problem
 from .store import MEASURED, ResultsWriter
 from .timing import (
     SHORT_EPOCHS,
@@ -38,8 +36,6 @@ from .timing import (
 )
 
 DEVICES = ("cpu", "cuda")
-#: Full batches a timed epoch holds at least: no time per step is mostly padding.
-MIN_BATCHES = 8
 
 
 @dataclass(frozen=True)
@@ -154,14 +150,11 @@ def _first_line(error: BaseException) -> str:
 
 
 def data_sizes(cell: Cell, config: BenchConfig) -> dict[str, int | None]:
-    """The ``n_samples`` and ``n_features`` of the cell's data set: the configuration's,
-    a generated data set grown to hold :data:`MIN_BATCHES` full batches of the cell's size
-    in its training split."""
-    sizes = {"n_samples": config.n_samples, "n_features": config.n_features}
-    problem = make_problem(cell.problem, cell.dataset, **sizes)
-    if cell.dataset in GENERATED and len(problem.data.X_train) < MIN_BATCHES * cell.batch_size:
-        sizes["n_samples"] = math.ceil(MIN_BATCHES * cell.batch_size / (1 - VALIDATION_FRACTION))
-    return sizes
+    """The ``n_samples`` and ``n_features`` of the cell's data set (see
+    :func:`~ortbench.bench.problems.batch_data_sizes`)."""
+    return batch_data_sizes(
+        cell.problem, cell.dataset, cell.batch_size, config.n_samples, config.n_features
+    )
 
 
 def _problem(cell: Cell, config: BenchConfig) -> Problem:

@@ -17,6 +17,7 @@ an MLP scikit-learn and torch can express.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from ..training import OrtBenchError
 from ..training.graphs.nodes import rewrite_linear_nodes
 from ..training.graphs.weights import check_weight_names, get_initializers
 from ..training.losses import loss_from_name
-from .datasets import DATASETS, Split, load_split
+from .datasets import DATASETS, GENERATED, VALIDATION_FRACTION, Split, load_split
 from .networks import NETWORKS
 
 #: name -> (default hidden layer sizes, task)
@@ -298,6 +299,34 @@ def check_problems(problems: tuple[str, ...], datasets: tuple[str, ...]) -> None
                 raise OrtBenchError(
                     f"unknown datasets [{dataset!r}]: expected some of {list(DATASETS)}"
                 )
+
+
+#: Full batches every timed epoch holds, so that no time per step is mostly padding or
+#: per-epoch work: a generated data set grows to hold them (:func:`batch_data_sizes`).
+MIN_BATCHES = 8
+
+
+def batch_data_sizes(
+    name: str,
+    dataset: str,
+    batch_size: int,
+    n_samples: int | None = None,
+    n_features: int | None = None,
+) -> dict[str, int | None]:
+    """The ``n_samples`` and ``n_features`` to make problem ``name`` with at ``batch_size``:
+    those given, but a generated data set grows until its training split holds
+    :data:`MIN_BATCHES` full batches (a shipped one keeps its rows).
+
+    Returns
+    -------
+    dict
+        Keyword arguments of :func:`make_problem`.
+    """
+    sizes = {"n_samples": n_samples, "n_features": n_features}
+    problem = make_problem(name, dataset, **sizes)
+    if dataset in GENERATED and len(problem.data.X_train) < MIN_BATCHES * batch_size:
+        sizes["n_samples"] = math.ceil(MIN_BATCHES * batch_size / (1 - VALIDATION_FRACTION))
+    return sizes
 
 
 def make_problem(

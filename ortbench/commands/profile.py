@@ -10,7 +10,7 @@ from ..bench.contenders import CONTENDERS, Unavailable, make_contender
 from ..bench.datasets import DATASETS
 from ..bench.instructions import client_library
 from ..bench.matrix import DEVICES, run_id_now
-from ..bench.problems import PROBLEMS, make_problem, parse_hidden, problem_name
+from ..bench.problems import PROBLEMS, batch_data_sizes, make_problem, parse_hidden, problem_name
 from ..bench.store import create_run_folder, usable_folder
 from ..bench.user_model import UserFiles, load_user_problem
 from ..errors import OrtBenchError
@@ -56,7 +56,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         make_contender(
             args.contender,
-            make_problem(request.problem, request.dataset),
+            make_problem(
+                request.problem,
+                request.dataset,
+                **batch_data_sizes(request.problem, request.dataset, args.batch_size),
+            ),
             args.batch_size,
             args.device,
         )

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..bench.contenders import make_contender
 from ..bench.instructions import WARM_FITS, count_here
 from ..bench.matrix import BenchConfig, Cell
-from ..bench.problems import make_problem
+from ..bench.problems import batch_data_sizes, make_problem
 from ..bench.timing import SHORT_EPOCHS
 from ..bench.user_model import UserFiles
 from ..errors import OrtBenchError
@@ -91,7 +91,8 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
     Path
         The profile folder.
     """
-    problem = make_problem(request.problem, request.dataset)
+    sizes = batch_data_sizes(request.problem, request.dataset, request.batch_size)
+    problem = make_problem(request.problem, request.dataset, **sizes)
     folder = out / f"profile-{request.contender}"
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -114,8 +115,10 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
     notes = [
         f"# Profile of {request.contender}",
         "",
-        f"{request.problem} on {request.dataset}, batch size {request.batch_size}, "
-        f"{request.device}: {epochs} epochs of {per_epoch} steps profiled after the build and "
+        f"{request.problem} on {request.dataset} ({len(problem.data.X_train)} training rows), "
+        f"batch size {request.batch_size}, "
+        f"{request.device}: {epochs} epoch{'s' * (epochs != 1)} of {per_epoch} steps profiled "
+        f"after the build and "
         f"{WARMUP_EPOCHS} warm-up epoch.",
         "",
     ]

@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..bench.contenders import make_contender
-from ..bench.problems import make_problem
+from ..bench.problems import batch_data_sizes, make_problem
 from ..bench.user_model import UserFiles, load_user_problem
 from .pyspy import DONE, READY
 
@@ -22,7 +22,10 @@ def main(argv: list[str]) -> None:
     contender, problem, dataset, batch_size, epochs, device, warmup, *user = argv
     if user:
         load_user_problem(UserFiles.from_json(user[0]))
-    cell = make_contender(contender, make_problem(problem, dataset), int(batch_size), device)
+    sizes = batch_data_sizes(problem, dataset, int(batch_size))
+    cell = make_contender(
+        contender, make_problem(problem, dataset, **sizes), int(batch_size), device
+    )
     cell.fit(int(warmup))
     print(READY, flush=True)
     sys.stdin.readline()
