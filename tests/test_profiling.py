@@ -502,6 +502,8 @@ def test_a_profile_grows_generated_data_to_eight_full_batches(tmp_path, monkeypa
     notes = (run / "profile-ort-portable-full" / "profile.md").read_text()
     assert "make_regression (1024 training rows), batch size 128" in notes
     assert "1 epoch of 8 steps" in notes
+    page = (run / "index.html").read_text()
+    assert "make_regression (1024 training rows), batch size 128" in page
 
 
 @pytest.mark.parametrize(

@@ -111,11 +111,17 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
         runtime_epochs * per_epoch
     )
     del plain
-    info = {**asdict(request), "epochs": epochs, "warmup_epochs": WARMUP_EPOCHS}
+    rows = len(problem.data.X_train)
+    info = {
+        **asdict(request),
+        "epochs": epochs,
+        "warmup_epochs": WARMUP_EPOCHS,
+        "training_rows": rows,
+    }
     notes = [
         f"# Profile of {request.contender}",
         "",
-        f"{request.problem} on {request.dataset} ({len(problem.data.X_train)} training rows), "
+        f"{request.problem} on {request.dataset} ({rows} training rows), "
         f"batch size {request.batch_size}, "
         f"{request.device}: {epochs} epoch{'s' * (epochs != 1)} of {per_epoch} steps profiled "
         f"after the build and "

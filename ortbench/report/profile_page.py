@@ -96,8 +96,10 @@ def _count(n: int, noun: str) -> str:
 
 
 def _what_ran(info: dict) -> str:
+    rows = info.get("training_rows")  # absent from the profiles of earlier versions
+    data = html.escape(info["dataset"]) + (f" ({rows} training rows)" if rows else "")
     return (
-        f"<p>{html.escape(info['problem'])} on {html.escape(info['dataset'])}, batch size "
+        f"<p>{html.escape(info['problem'])} on {data}, batch size "
         f"{info['batch_size']}, {html.escape(info['device'])}. cProfile and py-spy watched "
         f"the same steady window, {_count(info['epochs'], 'epoch')} after the build and "
         f"{_count(info['warmup_epochs'], 'warm-up epoch')}, and onnxruntime's profiler its first "
