@@ -124,8 +124,7 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
         f"{request.problem} on {request.dataset} ({rows} training rows), "
         f"batch size {request.batch_size}, "
         f"{request.device}: {epochs} epoch{'s' * (epochs != 1)} of {per_epoch} steps profiled "
-        f"after the build and "
-        f"{WARMUP_EPOCHS} warm-up epoch.",
+        f"after the build and {WARMUP_EPOCHS} warm-up epoch.",
         "",
     ]
 

@@ -14,8 +14,10 @@ into onnxruntime-training's graphs.
   by a vector of ones instead of a ``ReduceSum`` over the first axis, which runs several
   times slower, on the pool slower still.
 
-Each form replaces its node one for one or adds nodes, so it is used from a size on
-(:data:`MASK_FROM`, :data:`COLUMN_SUM_FROM`; figures in ``benchmarks/README.md``).
+On small tensors a kernel's set-up outweighs its arithmetic, and the forms with fewer
+nodes win (``Greater`` and ``Where``, one ``ReluGrad``, a ``ReduceSum``): each fast form is
+used from a size on (:data:`MASK_FROM`, :data:`COLUMN_SUM_FROM`; figures in
+``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import numpy as np
 import onnx
 
 from ..graphs.builder import GraphBuilder
+from ..graphs.nodes import node_attributes
 from ..graphs.shapes import inferred_shapes
 
-#: Elements of the Relu's output from which the mask product replaces the one-node forms.
+#: Elements of the Relu's output from which the mask product replaces the smaller forms.
 MASK_FROM = 4096
 
 #: Elements of a matrix from which the sum of its rows is a product by ones.
@@ -99,20 +102,21 @@ def column_sum(
     return b.op("MatMul", b.const(ones), matrix, name=name)
 
 
-def _is_row_sum(node: onnx.NodeProto, constants: dict, shapes: dict, types: dict) -> bool:
-    """Whether ``node`` is a ``ReduceSum`` over the first axis of a large float matrix."""
+def _row_sum_keepdims(node: onnx.NodeProto, constants: dict, shapes: dict, types: dict):
+    """The ``keepdims`` of ``node`` when it is a ``ReduceSum`` over the first axis of a
+    large float matrix, else None."""
     if node.op_type != "ReduceSum" or types.get(node.input[0]) != onnx.TensorProto.FLOAT:
-        return False
+        return None
     shape = shapes.get(node.input[0])
     if shape is None or len(shape) != 2 or None in shape or shape[0] * shape[1] < COLUMN_SUM_FROM:
-        return False
-    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        return None
+    attributes = node_attributes(node)
     if len(node.input) > 1 and node.input[1]:
         axes = constants.get(node.input[1])
         axes = None if axes is None else axes.tolist()
     else:
         axes = attributes.get("axes")
-    return axes in ([0], [-2])
+    return bool(attributes.get("keepdims", 1)) if axes in ([0], [-2]) else None
 
 
 def rewrite_gradient_kernels(model: onnx.ModelProto) -> int:
@@ -142,12 +146,12 @@ def rewrite_gradient_kernels(model: onnx.ModelProto) -> int:
     nodes, replaced = [], 0
     for node in graph.node:
         start = len(b.nodes)
+        keepdims = _row_sum_keepdims(node, constants, shapes, types)
         if node.op_type == "ReluGrad" and is_large(shapes.get(node.input[1])):
             masked_gradient(b, node.input[1], node.input[0], name=node.output[0])
-        elif _is_row_sum(node, constants, shapes, types):
-            keepdims = {a.name: a.i for a in node.attribute}.get("keepdims", 1)
+        elif keepdims is not None:
             rows = shapes[node.input[0]][0]
-            column_sum(b, node.input[0], rows, bool(keepdims), name=node.output[0])
+            column_sum(b, node.input[0], rows, keepdims, name=node.output[0])
         else:
             nodes.append(node)
             continue
