@@ -513,3 +513,19 @@ def test_a_profile_grows_generated_data_to_eight_full_batches(tmp_path, monkeypa
 def test_data_grow_to_eight_full_batches_where_they_are_generated(dataset, batch_size, rows):
     sizes = batch_data_sizes("mlp", dataset, batch_size)
     assert len(make_problem("mlp", dataset, **sizes).data.X_train) == rows
+
+
+@pytest.mark.parametrize("command", ["profile", "bench"])
+def test_a_batch_too_large_for_memory_is_one_line(command, tmp_path, capsys):
+    """Generated data grow to 8 batches: at a batch of 10^8 rows they would need more than
+    any machine's memory, which the error says before allocating anything."""
+    option = "--batch-size" if command == "profile" else "--batch-sizes"
+    argv = [command, *(["ort-portable-full"] if command == "profile" else [])]
+    argv += [option, "100000000", "--out", str(tmp_path)]
+    if command == "bench":
+        argv += ["--contenders", "ort-portable-full"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("ortbench: error: make_regression of 1000000000 rows")
+    assert "lower the batch size" in err[-1]

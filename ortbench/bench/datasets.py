@@ -9,6 +9,7 @@ caller, so that data can grow with the model.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,12 +30,17 @@ TASKS = ("regression", "binary", "multiclass")
 
 
 def _make_regression(n_samples: int | None, n_features: int | None, seed: int):
-    return make_regression(
-        n_samples or GENERATED_SAMPLES,
-        n_features=n_features or GENERATED_FEATURES,
-        bias=2,
-        random_state=seed,
-    )
+    rows, features = n_samples or GENERATED_SAMPLES, n_features or GENERATED_FEATURES
+    needed = 2 * rows * features * 8  # float64 features, and their float32 copies after
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        raise OrtBenchError(
+            f"make_regression of {rows} rows x {features} features needs about "
+            f"{needed / 2**30:.0f} GiB, more than this machine's {memory / 2**30:.0f} GiB: "
+            f"lower the batch size (generated data grow to 8 full batches of it), "
+            f"--n-samples or --n-features"
+        )
+    return make_regression(rows, n_features=features, bias=2, random_state=seed)
 
 
 def _shipped(loader):
