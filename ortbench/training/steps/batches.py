@@ -226,7 +226,9 @@ class BatchLoader:
         if self.shuffle:
             order = self._rng.permutation(self.n_samples)
             for source, host in zip(self._sources, self._host):
-                np.take(source, order, axis=0, out=host[: self.n_samples])
+                # a permutation needs no bounds check: mode "clip" writes straight into
+                # ``out``, where the default first gathers into a temporary copy
+                np.take(source, order, axis=0, out=host[: self.n_samples], mode="clip")
             self._rescale()
             self._refresh_device()
         return self.batches
