@@ -322,7 +322,12 @@ def test_the_hand_written_loss_gradient_is_the_differentiated_one(loss, columns,
     by_hand.CopyFrom(with_loss)
     by_hand.graph.input.append(grad_scale)  # what the trainer adds for a head
     cases = {
-        "by hand": (by_hand, LossHead(loss, "Y", "label", "grad_scale"), "grad_scale", shares),
+        "by hand": (
+            by_hand,
+            LossHead(loss, "Y", "label", "grad_scale", "shares"),
+            "grad_scale",
+            shares,
+        ),
         "rules": (with_loss, None, "step_scale", np.array(1, dtype=np.float32)),
     }
     found, nodes = {}, {}
@@ -334,6 +339,9 @@ def test_the_hand_written_loss_gradient_is_the_differentiated_one(loss, columns,
         step = np.asarray(factor * np.float32(-0.1), dtype=np.float32)
         found[key] = session.run(None, {**feeds, scale: step})
         nodes[key] = len(onnx.load(options.optimized_model_filepath).graph.node)
+    # the head's loss stays the (1, 1) its weighting Gemm gives: no node reduces it
+    assert found["by hand"][-1].shape == (1, 1) and found["rules"][-1].shape == ()
+    found["by hand"][-1] = found["by hand"][-1].reshape(())
     for by_hand, differentiated in zip(found["by hand"], found["rules"]):
         np.testing.assert_allclose(by_hand, differentiated, rtol=1e-5, atol=1e-7)
     assert np.abs(found["by hand"][0]).max() > 1e-3  # a real step
@@ -341,7 +349,7 @@ def test_the_hand_written_loss_gradient_is_the_differentiated_one(loss, columns,
 
 
 def test_a_penalty_or_a_classification_loss_keeps_the_differentiated_gradient():
-    names = dict(predicted="p", label="y", grad_scale="g")
+    names = dict(predicted="p", label="y", grad_scale="g", loss_scale="s")
     assert LossHead.of(SquareLearningLoss(), None, **names)
     assert LossHead.of(SquareLearningLoss(), {"w": 1e-4}, **names) is None
     log = NegLogLearningLoss(probability_function="softmax")

@@ -83,6 +83,26 @@ def test_torch_rows_and_autograd_are_the_loss_graph(name):
     np.testing.assert_allclose(gradient, tensor.grad.numpy(), rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("columns", [1, 3])
+@pytest.mark.parametrize("name", ["squared_error", "absolute_error", "elastic", "log-sigmoid"])
+def test_a_loss_graph_of_known_width_keeps_a_matrix_loss(name, columns):
+    """The trainers' loss graph, built for the prediction's width: the loss of numpy's rows,
+    shaped (1, 1), and for one column without the node that reduces it to a scalar."""
+    loss = CASES[name]
+    predicted, expected, weight = batch(loss, columns=columns)
+    scale = (weight / weight.sum()).reshape(-1, 1)
+    feeds = {"expected": expected, "predicted": predicted, "loss_scale": scale}
+    model = loss.build_onnx_function(columns)
+    value, gradient = run(model, {**feeds, "grad_scale": -0.5 * scale})
+    assert value.shape == (1, 1)
+    reference = scale.ravel() @ loss.numpy_rows(predicted, expected)
+    assert value[0, 0] == pytest.approx(reference, rel=1e-5)
+    _, scalar_gradient = run(loss.build_onnx_function(), {**feeds, "grad_scale": -0.5 * scale})
+    np.testing.assert_array_equal(gradient, scalar_gradient)
+    reductions = [n for n in model.graph.node if n.op_type == "ReduceSum"]
+    assert len(reductions) == (columns != 1)
+
+
 def test_neglog_rows_are_scikit_learn_log_loss():
     from sklearn.metrics import log_loss
 

@@ -85,7 +85,7 @@ class BaseLearningLoss(BaseEstimator):
         as :meth:`element_nodes` returns it: the term up to a factor, and the factor."""
         return self.element_nodes(b, expected, predicted)[:2]
 
-    def build_onnx_function(self) -> onnx.ModelProto:
+    def build_onnx_function(self, columns: int | None = None) -> onnx.ModelProto:
         """The loss-and-gradient graph of the forward/backward trainer.
 
         Inputs: ``expected`` (n, c), ``predicted`` (n, c), ``loss_scale`` (n, 1), each
@@ -93,8 +93,15 @@ class BaseLearningLoss(BaseEstimator):
         what multiplies each row's derivative. Both are per-batch data the loader computes
         once per epoch (see :class:`ortbench.training.steps.batches.BatchLoader`): the trainer sets
         ``grad_scale`` to the loss scale times the optimizer's step factor, so the
-        backward pass yields the weight step itself. Outputs: ``loss`` (scalar) and
-        ``loss_grad`` (n, c), the scaled gradient of the loss wrt ``predicted``.
+        backward pass yields the weight step itself. Outputs: ``loss`` and ``loss_grad``
+        (n, c), the scaled gradient of the loss wrt ``predicted``.
+
+        Parameters
+        ----------
+        columns : int, optional
+            The prediction's width c, when the caller knows it: the loss is then shaped
+            (1, 1), and for one column it is the weighting Gemm's own output (one node
+            fewer). None: a scalar loss, for any width.
 
         Returns
         -------
@@ -107,10 +114,14 @@ class BaseLearningLoss(BaseEstimator):
         loss_scale = b.input("loss_scale", ["N", 1])
         grad_scale = b.input("grad_scale", ["N", 1])
         element, factor, derivative = self.element_nodes(b, expected, predicted)
-        weighted = b.op("Gemm", element, loss_scale, transA=1, alpha=factor)
-        b.op("ReduceSum", weighted, keepdims=0, name="loss")
+        one = columns == 1
+        weighted = b.op(
+            "Gemm", element, loss_scale, transA=1, alpha=factor, name="loss" if one else None
+        )
+        if not one:
+            b.op("ReduceSum", weighted, keepdims=int(columns is not None), name="loss")
         b.op("Mul", derivative, grad_scale, name="loss_grad")
-        b.output("loss", [])
+        b.output("loss", [] if columns is None else [1, 1])
         b.output("loss_grad", ["N", "C"])
         return b.to_model()
 

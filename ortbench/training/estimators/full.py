@@ -174,6 +174,7 @@ class FullTrainer(BaseTrainer):
                     predicted=training_output(self._train_model),
                     label=label,
                     grad_scale=unique_name(names, "grad_scale"),
+                    loss_scale=shares,
                 )
         with_loss = self._static_batch(select_outputs(with_loss, [loss_name]))
         if head is not None:

@@ -33,13 +33,15 @@ SEED_LOG_EPS = 1e-6
 
 class LossHead(NamedTuple):
     """A loss :func:`add_loss_output` appended (``convention='sklearn'``, rows weighed by
-    ``scale_name``, no penalty), described for its hand-written gradient.
+    ``scale_name``, no penalty), described so that a training step writes it and its
+    gradient by hand.
 
     Differentiated node by node, the squared error's gradient with respect to the
     prediction takes four nodes: one each for the batch sum, the weighting Gemm and both
-    factors of ``d * d``. Written by hand it takes one (see :meth:`gradient_nodes`),
-    which reads each row's share of the loss times the step factor, a column the batch
-    loader keeps.
+    factors of ``d * d``. Written by hand it takes one (see :meth:`nodes`), which reads
+    each row's share of the loss times the step factor, a column the batch loader keeps.
+    The loss itself is left (1, 1), as the weighting Gemm gives it for one output: no
+    node reduces it to a scalar.
     """
 
     #: The loss of each element, whose derivative :meth:`gradient_nodes` writes.
@@ -50,17 +52,29 @@ class LossHead(NamedTuple):
     label: str
     #: The (n, 1) input of each row's share of the batch loss times the step factor.
     grad_scale: str
+    #: The (n, 1) input of each row's share of the batch loss.
+    loss_scale: str
 
-    def gradient_nodes(self, b: GraphBuilder) -> str:
-        """Add the nodes of the batch loss's gradient with respect to ``predicted``, times
-        the step factor; return its name.
+    def nodes(self, b: GraphBuilder, loss_name: str, columns: int | None) -> str:
+        """Add the nodes of the batch loss, named ``loss_name``, and of its gradient with
+        respect to ``predicted`` times the step factor; return the gradient's name.
 
-        The loss's own nodes compute the same difference, which onnxruntime's common
-        subexpression elimination merges with this one.
-        Inputs: ``predicted`` (n, c), ``label`` (n, c) and ``grad_scale`` (n, 1). Output:
-        (n, c).
+        Inputs: ``predicted`` (n, c), ``label`` (n, c), ``loss_scale`` and ``grad_scale``
+        (n, 1). Outputs: the loss (1, 1), a ``ReduceSum`` of the weighting Gemm's (c, 1)
+        unless ``columns`` (c) is 1; the gradient (n, c).
         """
-        derivative = self.loss.element_nodes(b, self.label, self.predicted)[2]
+        element, factor, derivative = self.loss.element_nodes(b, self.label, self.predicted)
+        one = columns == 1
+        rows = b.op(
+            "Gemm",
+            element,
+            self.loss_scale,
+            transA=1,
+            alpha=factor,
+            name=loss_name if one else None,
+        )
+        if not one:
+            b.op("ReduceSum", rows, keepdims=1, name=loss_name)
         return b.op("Mul", derivative, self.grad_scale)
 
     @classmethod

@@ -70,7 +70,7 @@ def classifier_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
         return None
     probabilities = training_output(onx)
     scores, function = _probability_function(onx, producers, probabilities)
-    columns = _static_width(onx, scores)
+    columns = static_width(onx, scores)
     return ClassifierOutput(probabilities, scores, function, columns)
 
 
@@ -117,7 +117,7 @@ def _weights_read(onx, producers, name: str) -> set[str]:
     return ancestors(producers, [name]) & set(trainable_initializers(onx))
 
 
-def _static_width(onx: onnx.ModelProto, name: str) -> int | None:
+def static_width(onx: onnx.ModelProto, name: str) -> int | None:
     """The second dimension of a 2-D tensor, when shape inference knows it."""
     try:
         shape = inferred_shapes(onx)[0].get(name)

@@ -36,7 +36,7 @@ from ..runtime import capi
 from ..runtime.devices import cpu_scalar
 from ..runtime.sessions import SessionMaker
 from .batches import Batch, BatchLoader
-from .fused import OneGraphSteps, fused_step_graph
+from .fused import OneGraphSteps, fused_step_graph, loss_shape
 
 
 def _dims(value: onnx.ValueInfoProto) -> list[int]:
@@ -81,7 +81,7 @@ def epoch_loop_graph(
         ``step_scale`` (scalar, the rate's step factor); then ``state_before`` (flat)
         when the rate keeps a state. Outputs: ``<w>_after`` for each weight,
         ``state_after`` (flat) with a state, then ``losses``, the loss of each batch
-        before its update.
+        before its update (``(n_batches, 1, 1)`` with a head).
     """
     step = fused_step_graph(with_loss, weights, rate, loss_name, head)
     body = step.graph
@@ -141,7 +141,7 @@ def epoch_loop_graph(
             flat.append(b.const(np.zeros(padding)))
         b.op("Concat", *flat, axis=0, name="state_after")
         b.output("state_after", [state_width])
-    b.output("losses", [n_batches])
+    b.output("losses", [n_batches, *loss_shape(head)])
     return b.to_model()
 
 
@@ -196,7 +196,7 @@ class EpochLoopSteps(OneGraphSteps):
                 fit_runtime(model).SerializeToString(), "epoch_loop"
             )
         self._n_samples = loader.n_samples
-        self._losses = np.zeros(self._n_batches, dtype=np.float32)
+        self._losses = np.zeros((self._n_batches, *loss_shape(self._head)), dtype=np.float32)
         # each batch's real rows, which weigh its loss in the epoch's
         self._lengths = np.array([batch.length for batch in loader.batches], dtype=np.float64)
         epoch = loader.staged_epoch()
@@ -223,4 +223,4 @@ class EpochLoopSteps(OneGraphSteps):
         samples)."""
         self._runs[self._parity].run()
         self._parity = 1 - self._parity
-        return float(self._losses @ self._lengths) / self._n_samples
+        return float(self._losses.reshape(-1) @ self._lengths) / self._n_samples

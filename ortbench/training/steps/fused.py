@@ -23,6 +23,8 @@ from ..gradients.portable import vjp_graph
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
 from ..graphs.loss_graph import LossHead
+from ..graphs.nodes import ancestors
+from ..graphs.outputs import static_width
 from ..graphs.weights import get_initializers, weights_as_inputs
 from ..learning_rates import BaseLearningRate, LearningRateAdamW
 from ..runtime import capi
@@ -41,22 +43,29 @@ def step_graph(
     comes out as the step itself: no ``Mul`` per weight. With a ``head``, the gradient of
     the loss with respect to the model's prediction is the head's hand-written one, which
     reads the step factor in ``head.grad_scale``, and only the model is differentiated
-    node by node.
+    node by node; the head writes the loss too, shaped (1, 1) (see :class:`LossHead`).
     Inputs: the model's data inputs (X, labels, sample weights or scale columns), each
     weight ``<w>``, then without a head ``step_scale`` (scalar, the rate's step factor,
     -lr for SGD).
-    Outputs: ``<w>_grad`` for each weight (the step ``e``), then the loss of the batch.
+    Outputs: ``<w>_grad`` for each weight (the step ``e``), then the loss of the batch (a
+    scalar, or (1, 1) with a head: :func:`loss_shape`).
     """
     model = weights_as_inputs(with_loss, weights)
     if head is None:
         return vjp_graph(model, weights, seeds={loss_name: "step_scale"})
     graph = model.graph
-    loss = next(o for o in graph.output if o.name == loss_name)
+    columns = static_width(model, head.predicted)
+    # the head writes the loss again, with its gradient: the model's loss nodes go
+    producers = {name: node for node in graph.node for name in node.output}
+    forward = ancestors(producers, [head.predicted])
+    kept = [node for node in graph.node if forward.intersection(node.output)]
+    del graph.node[:]
+    graph.node.extend(kept)
     del graph.output[:]
     graph.output.append(helper.make_tensor_value_info(head.predicted, TensorProto.FLOAT, None))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
     b = GraphBuilder("loss_gradient", opset=opset, prefix="loss_gradient_")
-    seed = head.gradient_nodes(b)
+    seed = head.nodes(b, loss_name, columns)
     step = vjp_graph(model, weights, seeds={head.predicted: seed})
     # the seed was an input of the differentiated graph: the head's nodes compute it,
     # after the model's nodes (they read the prediction), before the gradient's
@@ -66,11 +75,12 @@ def step_graph(
     graph.input.extend(inputs)
     graph.initializer.extend(b.initializers)
     nodes = list(graph.node)
-    forward = len(model.graph.node)
     del graph.node[:]
-    graph.node.extend([*nodes[:forward], *b.nodes, *nodes[forward:]])
+    graph.node.extend([*nodes[: len(kept)], *b.nodes, *nodes[len(kept) :]])
     graph.output.pop()  # the prediction
-    graph.output.append(loss)
+    graph.output.append(
+        helper.make_tensor_value_info(loss_name, TensorProto.FLOAT, loss_shape(head))
+    )
     return step
 
 
@@ -107,8 +117,16 @@ def fused_step_graph(
     graph.node.extend(b.nodes)
     del graph.output[:]
     graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs)
-    graph.output.append(helper.make_tensor_value_info(loss_name, TensorProto.FLOAT, []))
+    graph.output.append(
+        helper.make_tensor_value_info(loss_name, TensorProto.FLOAT, loss_shape(head))
+    )
     return step
+
+
+def loss_shape(head: LossHead | None) -> list[int]:
+    """The shape of the batch loss :func:`step_graph` outputs: (1, 1) when a head writes
+    it (no node reduces it further), else a scalar."""
+    return [1, 1] if head is not None else []
 
 
 class FusedStep(NamedTuple):
@@ -235,7 +253,8 @@ class FusedSteps(OneGraphSteps):
             model = fused_step_graph(with_loss, weights, rate, loss_name, head)
             self.graphs = {"fused_step": model}
             self._session = sessions.session(fit_runtime(model).SerializeToString(), "fused_step")
-        self._loss_out = np.zeros((), dtype=np.float32)
+        self._loss_out = np.zeros(loss_shape(head), dtype=np.float32)
+        self._loss_value = self._loss_out.reshape(())  # what a step reads: a view
 
     def start_fit(self, loader: BatchLoader) -> None:
         """Bind each staged batch's feeds, for both parities."""
@@ -268,7 +287,7 @@ class FusedSteps(OneGraphSteps):
 
     def run_epoch(self) -> float:
         """Train on every staged batch; return the epoch's loss (mean over samples)."""
-        parity, total, out = self._parity, 0.0, self._loss_out
+        parity, total, out = self._parity, 0.0, self._loss_value
         if self._stacked:
             updates = self._updates
             for runs, length in self._records:

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 
 from ..graphs.loading import fit_runtime
+from ..graphs.outputs import static_width
 from ..graphs.weights import get_initializers
 from ..learning_rates import BaseLearningRate
 from ..losses import BaseLearningLoss
@@ -78,13 +79,15 @@ class LossUpdateSteps(DoubleBufferedSteps):
             get_initializers(static, weights), rate.n_states, self._device, biases
         )
         self._buffers = buffers
-        loss_model = loss.build_onnx_function()
+        # the loss stays (1, 1): for one output, no node reduces it to a scalar
+        loss_model = loss.build_onnx_function(static_width(static, static.graph.output[0].name))
         self._loss_session = sessions.session(
             fit_runtime(loss_model).SerializeToString(), "loss", one_thread=True
         )
         self._rate = rate
         self._step_scale = ScalarInput(sessions.ort_device)
-        self._loss_out = np.zeros((), dtype=np.float32)
+        self._loss_buffer = np.zeros((1, 1), dtype=np.float32)  # the loss graph writes it
+        self._loss_out = self._loss_buffer.reshape(())  # the steps read it through this view
         self._penalty_out = np.zeros((), dtype=np.float32)
         if buffers.on_cpu and buffers.has_state and not penalty.is_active():
             update_model, self._update_session, self._updates = buffers.stacked_update(
@@ -165,7 +168,7 @@ class LossUpdateSteps(DoubleBufferedSteps):
         loss.bind_input("expected", batch.values[1])
         loss.bind_input("loss_scale", batch.loss_scale)
         loss.bind_input("grad_scale", batch.grad_scale)
-        loss.bind_output("loss", cpu_scalar(self._loss_out))
+        loss.bind_output("loss", cpu_scalar(self._loss_buffer))
         loss.bind_output("loss_grad", loss_grad)
         return loss
 
