@@ -207,7 +207,7 @@ def test_only_large_gradient_kernels_take_the_fast_forms(trainer, graph_name, re
     by_ones = [
         n.input[1]
         for n in graph.node
-        if n.op_type == "MatMul" and np.all(constants.get(n.input[0], 0) == 1)
+        if n.op_type in ("MatMul", "Gemm") and np.all(constants.get(n.input[0], 0) == 1)
     ]
     assert len(by_ones) == 1
     summed = [n.input[0] for n in graph.node if n.op_type == "ReduceSum"]
@@ -250,17 +250,21 @@ def test_the_relu_mask_product_is_the_gradient_where_the_side_is_positive(opset)
     np.testing.assert_array_equal(got, grad * (side > 0))
 
 
-@pytest.mark.parametrize("like", [[12], [1, 12]])
-def test_large_column_sums_are_a_product_by_ones(like):
-    """The gradient of a bias broadcast over 512 rows: one MatMul, no ReduceSum, and the
-    sum numpy gives (shaped like the bias)."""
+@pytest.mark.parametrize(
+    ("like", "rows", "op_type"),
+    [([12], 512, "MatMul"), ([1, 12], 512, "Gemm"), ([1, 12], 16, "Gemm"), ([12], 16, "ReduceSum")],
+)
+def test_column_sums_are_a_product_by_ones(like, rows, op_type):
+    """The gradient of a bias broadcast over the rows: one product by ones, a Gemm for a
+    (1, n) bias at any size (an update's Sum folds into it), a MatMul for a large (n,) one,
+    a ReduceSum for a small (n,) one; the sum numpy gives, shaped like the bias."""
 
-    grad = np.random.default_rng(0).standard_normal((512, 12)).astype(np.float32)
+    grad = np.random.default_rng(0).standard_normal((rows, 12)).astype(np.float32)
     b = GraphBuilder("sum", 17)
-    shapes = {"bias": like, "out": [512, 12]}
-    total = RuleContext(b, shapes, set()).unbroadcast(b.input("grad", [512, 12]), "bias", "out")
+    shapes = {"bias": like, "out": [rows, 12]}
+    total = RuleContext(b, shapes, set()).unbroadcast(b.input("grad", [rows, 12]), "bias", "out")
     b.output(total, like)
-    assert [n.op_type for n in b.nodes] == ["MatMul"]
+    assert [n.op_type for n in b.nodes] == [op_type]
     session = onnxruntime.InferenceSession(
         b.to_model().SerializeToString(), providers=["CPUExecutionProvider"]
     )

@@ -62,16 +62,20 @@ def test_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx):
     assert counts.ortvalues == 0
 
 
+@pytest.mark.parametrize("batch_size", [1, 16])
 @pytest.mark.parametrize("epoch_loop", [True, False], ids=["epoch loop", "per step"])
-def test_the_sgd_step_is_what_onnxruntime_fuses(epoch_loop, regression, mlp_onnx, tmp_path):
+def test_the_sgd_step_is_what_onnxruntime_fuses(
+    epoch_loop, batch_size, regression, mlp_onnx, tmp_path
+):
     """The step factor seeds the loss's gradient, which is written by hand (one node reads
     the batch's gradient scale, none the step factor, none scales the gradients), a Relu's
     gradient reads the Relu's output (so onnxruntime fuses the Relu into its Gemm), and a
-    coefficient's update is a ``Sum`` that onnxruntime folds into its gradient's Gemm: in
-    the epoch loop's body and in the per-step graph alike, where no update is flat (no
-    ``Concat`` of the steps)."""
+    weight's update is a ``Sum`` that onnxruntime folds into its gradient's Gemm (a
+    coefficient's; from batch 2 on a bias's too, its gradient the product of the rows by
+    ones): in the epoch loop's body and in the per-step graph alike, where no update is
+    flat (no ``Concat`` of the steps). No node reduces the (1, 1) loss to a scalar."""
     X, y = regression
-    trainer = trained(mlp_onnx, X, y, None, epoch_loop, batch_size=1, max_iter=1)
+    trainer = trained(mlp_onnx, X, y, None, epoch_loop, batch_size=batch_size, max_iter=1)
     options = onnxruntime.SessionOptions()
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     graph = trainer._steps.graphs["epoch_loop" if epoch_loop else "fused_step"]
@@ -91,6 +95,10 @@ def test_the_sgd_step_is_what_onnxruntime_fuses(epoch_loop, regression, mlp_onnx
     assert ops["Add"] == ops["Unsqueeze"] == 0, ops  # what the loss's rules would add
     assert len(coefficients) == 3
     assert [written_by[f"{w}_new"] for w in coefficients] == ["Gemm"] * 3, ops
+    assert ops["ReduceSum"] == 0, ops
+    intercepts = [w for w in trainer.get_state() if w.startswith("intercepts")]
+    updates = [written_by[f"{w}_new"] for w in intercepts]
+    assert updates == ["Sum" if batch_size == 1 else "Gemm"] * 3, ops
 
 
 def test_epoch_loop_refuses_what_it_cannot_run(regression, mlp_onnx):

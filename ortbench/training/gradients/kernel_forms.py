@@ -10,14 +10,17 @@ into onnxruntime-training's graphs.
   ``Greater``, ``Cast`` and ``Mul``, whose ``Cast`` from booleans is not vectorised. It
   gives the same gradient for finite values but positive denormals below 2**-127, which
   the engine's sessions read as zero anyway (``session.set_denormal_as_zero``).
-- **A bias's gradient as a product by ones.** The sum of a matrix's rows is a ``MatMul``
-  by a vector of ones instead of a ``ReduceSum`` over the first axis, which runs several
-  times slower, on the pool slower still.
+- **A bias's gradient as a product by ones.** The sum of a matrix's rows is a product by
+  ones instead of a ``ReduceSum`` over the first axis, which runs several times slower, on
+  the pool slower still: a ``MatMul`` by a vector of ones for a bias of shape (n,), a
+  ``Gemm`` by a row of ones for one of shape (1, n). onnxruntime folds a ``Sum`` that reads
+  a ``Gemm``'s output into the ``Gemm``: the portable rules write the ``Gemm`` at every
+  size, so that the fused step's update of such a bias is no node of its own.
 
 On small tensors a kernel's set-up outweighs its arithmetic, and the forms with fewer
-nodes win (``Greater`` and ``Where``, one ``ReluGrad``, a ``ReduceSum``): each fast form is
-used from a size on (:data:`MASK_FROM`, :data:`COLUMN_SUM_FROM`; figures in
-``benchmarks/README.md``).
+nodes win (``Greater`` and ``Where``, one ``ReluGrad``, a ``ReduceSum``): each fast form
+but the ``Gemm`` is used from a size on (:data:`MASK_FROM`, :data:`COLUMN_SUM_FROM`;
+figures in ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ def masked_gradient(b: GraphBuilder, relu_side: str, grad: str, name: str | None
 def column_sum(
     b: GraphBuilder, matrix: str, rows: int, keepdims: bool, name: str | None = None
 ) -> str:
-    """Append the sum of the rows of ``matrix`` (``rows`` of them) as a ``MatMul`` by ones.
+    """Append the sum of the rows of ``matrix`` (``rows`` of them) as a product by ones: a
+    ``Gemm`` by a row of ones with ``keepdims``, a ``MatMul`` by a vector of ones without.
 
     Parameters
     ----------
@@ -98,8 +102,9 @@ def column_sum(
     str
         The sum.
     """
-    ones = np.ones([1, rows] if keepdims else [rows], dtype=np.float32)
-    return b.op("MatMul", b.const(ones), matrix, name=name)
+    if keepdims:
+        return b.op("Gemm", b.const(np.ones([1, rows], np.float32)), matrix, name=name)
+    return b.op("MatMul", b.const(np.ones(rows, np.float32)), matrix, name=name)
 
 
 def _row_sum_keepdims(node: onnx.NodeProto, constants: dict, shapes: dict, types: dict):

@@ -87,8 +87,11 @@ class RuleContext:
         ]
         if not axes:
             return grad
-        if axes == [0] and len(ys) == 2 and None not in ys and ys[0] * ys[1] >= COLUMN_SUM_FROM:
-            return column_sum(self.b, grad, ys[0], keepdims=len(xs) == 2)
+        if axes == [0] and len(ys) == 2 and None not in ys:
+            if len(xs) == 2:  # a (1, n) bias: a Gemm, which takes in the update's Sum
+                return column_sum(self.b, grad, ys[0], keepdims=True)
+            if ys[0] * ys[1] >= COLUMN_SUM_FROM:
+                return column_sum(self.b, grad, ys[0], keepdims=False)
         if axes == list(range(lead)):  # leading axes only: dropping them gives the shape
             return self.reduce("ReduceSum", grad, axes, keepdims=0)
         summed = self.reduce("ReduceSum", grad, axes, keepdims=1)
