@@ -35,6 +35,7 @@ from ortbench.training.graphs.outputs import select_outputs
 from ortbench.training.losses import BaseLearningLoss
 from ortbench.training.runtime.build import runtime_problem
 from ortbench.training.runtime.sessions import session_options
+from ortbench.training.steps.batches import BatchLoader
 from ortbench.training.steps.fused import step_graph
 
 
@@ -366,3 +367,27 @@ def test_a_penalty_or_a_classification_loss_keeps_the_differentiated_gradient():
             return super().element_loss_nodes(b, expected, b.op("Add", predicted, b.const(1.0)))
 
     assert LossHead.of(Shifted(), None, **names) is None
+
+
+def test_a_shuffled_epoch_stages_the_rows_in_the_permutation_order():
+    """Each epoch refills the staged batches with the rows in the order of the loader's
+    next permutation (numpy's, from the same seed), sample weights and loss scales along,
+    and keeps the padded rows of the last batch at zero weight."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((37, 4)).astype(np.float32)
+    y = rng.standard_normal((37, 1)).astype(np.float32)
+    w = rng.uniform(0.5, 2.0, 37).astype(np.float32)
+    loader = BatchLoader([X, y, w], 8, "cpu", shuffle=True, random_state=3)
+    reference = np.random.RandomState(3)
+    for _ in range(2):
+        order = reference.permutation(37)
+        batches = loader.epoch()
+        staged = [np.concatenate([b.values[k].numpy() for b in batches]) for k in range(3)]
+        for source, got in zip([X, y, w], staged):
+            np.testing.assert_array_equal(got[:37], source[order])
+            assert not got[37:].any()
+        last = batches[-1]
+        assert last.length == 5
+        scale = last.loss_scale.numpy().ravel()
+        np.testing.assert_allclose(scale[:5], w[order][32:] / w[order][32:].sum(), rtol=1e-6)
+        assert not scale[5:].any()
