@@ -114,12 +114,8 @@ class BaseLearningLoss(BaseEstimator):
         loss_scale = b.input("loss_scale", ["N", 1])
         grad_scale = b.input("grad_scale", ["N", 1])
         element, factor, derivative = self.element_nodes(b, expected, predicted)
-        one = columns == 1
-        weighted = b.op(
-            "Gemm", element, loss_scale, transA=1, alpha=factor, name="loss" if one else None
-        )
-        if not one:
-            b.op("ReduceSum", weighted, keepdims=int(columns is not None), name="loss")
+        matrix = columns is not None
+        weighted_sum_nodes(b, element, factor, loss_scale, "loss", matrix, columns)
         b.op("Mul", derivative, grad_scale, name="loss_grad")
         b.output("loss", [] if columns is None else [1, 1])
         b.output("loss_grad", ["N", "C"])
@@ -180,6 +176,27 @@ def weight_shares_nodes(b: GraphBuilder, weight: str) -> str:
     return b.op("Div", column, b.op("ReduceSum", weight, keepdims=1))
 
 
+def weighted_sum_nodes(
+    b: GraphBuilder,
+    element: str,
+    factor: float,
+    shares: str,
+    name: str | None = None,
+    matrix: bool = False,
+    columns: int | None = None,
+) -> str:
+    """Add ``factor * sum_ic s_i element_ic`` and return its name: one Gemm weighs and sums
+    the rows of the (n, c) ``element`` by the (n, 1) ``shares`` column (a (c, 1) tensor),
+    a ReduceSum its outputs.
+
+    The result is a scalar, or with ``matrix`` a (1, 1) tensor; then, for ``columns`` (c)
+    equal to 1, it is the Gemm's own output, one node fewer.
+    """
+    alone = matrix and columns == 1
+    rows = b.op("Gemm", element, shares, transA=1, alpha=factor, name=name if alone else None)
+    return rows if alone else b.op("ReduceSum", rows, keepdims=int(matrix), name=name)
+
+
 def reduced_loss_nodes(
     loss: BaseLearningLoss,
     b: GraphBuilder,
@@ -201,10 +218,8 @@ def reduced_loss_nodes(
             "Slice", b.op("Shape", predicted), b.const([0], np.int64), b.const([1], np.int64)
         )
         n = b.op("Cast", rows, to=onnx.TensorProto.FLOAT)
-        total = b.op("Mul", element, b.op("Div", b.const(factor), n))
-    else:
-        total = b.op("Gemm", element, shares, transA=1, alpha=factor)
-    return b.op("ReduceSum", total, keepdims=0)
+        return b.op("ReduceSum", b.op("Mul", element, b.op("Div", b.const(factor), n)), keepdims=0)
+    return weighted_sum_nodes(b, element, factor, shares)
 
 
 class SquareLearningLoss(BaseLearningLoss):

@@ -19,6 +19,7 @@ from ..losses import (
     loss_from_name,
     reduced_loss_nodes,
     weight_shares_nodes,
+    weighted_sum_nodes,
 )
 from ..penalties import ElasticLearningPenalty
 from .builder import GraphBuilder
@@ -44,7 +45,7 @@ class LossHead(NamedTuple):
     node reduces it to a scalar.
     """
 
-    #: The loss of each element, whose derivative :meth:`gradient_nodes` writes.
+    #: The loss of each element, whose derivative :meth:`nodes` writes.
     loss: BaseLearningLoss
     #: The model's output the loss compares with the labels.
     predicted: str
@@ -64,17 +65,7 @@ class LossHead(NamedTuple):
         unless ``columns`` (c) is 1; the gradient (n, c).
         """
         element, factor, derivative = self.loss.element_nodes(b, self.label, self.predicted)
-        one = columns == 1
-        rows = b.op(
-            "Gemm",
-            element,
-            self.loss_scale,
-            transA=1,
-            alpha=factor,
-            name=loss_name if one else None,
-        )
-        if not one:
-            b.op("ReduceSum", rows, keepdims=1, name=loss_name)
+        weighted_sum_nodes(b, element, factor, self.loss_scale, loss_name, True, columns)
         return b.op("Mul", derivative, self.grad_scale)
 
     @classmethod

@@ -197,6 +197,7 @@ class EpochLoopSteps(OneGraphSteps):
             )
         self._n_samples = loader.n_samples
         self._losses = np.zeros((self._n_batches, *loss_shape(self._head)), dtype=np.float32)
+        self._batch_losses = self._losses.reshape(-1)  # a view, one loss per batch
         # each batch's real rows, which weigh its loss in the epoch's
         self._lengths = np.array([batch.length for batch in loader.batches], dtype=np.float64)
         epoch = loader.staged_epoch()
@@ -223,4 +224,4 @@ class EpochLoopSteps(OneGraphSteps):
         samples)."""
         self._runs[self._parity].run()
         self._parity = 1 - self._parity
-        return float(self._losses.reshape(-1) @ self._lengths) / self._n_samples
+        return float(self._batch_losses @ self._lengths) / self._n_samples

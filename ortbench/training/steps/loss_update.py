@@ -86,7 +86,9 @@ class LossUpdateSteps(DoubleBufferedSteps):
         )
         self._rate = rate
         self._step_scale = ScalarInput(sessions.ort_device)
-        self._loss_buffer = np.zeros((1, 1), dtype=np.float32)  # the loss graph writes it
+        # the loss graph's own output shape: (1, 1) where the prediction's width is known
+        dims = loss_model.graph.output[0].type.tensor_type.shape.dim
+        self._loss_buffer = np.zeros([d.dim_value for d in dims], dtype=np.float32)
         self._loss_out = self._loss_buffer.reshape(())  # the steps read it through this view
         self._penalty_out = np.zeros((), dtype=np.float32)
         if buffers.on_cpu and buffers.has_state and not penalty.is_active():
