@@ -51,6 +51,22 @@ def test_epoch_loop_follows_the_per_step_run(rate, batch_size, regression, mlp_o
         )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "loss, penalty",
+    [("absolute_error", None), ("elastic", None), ("squared_error", {"coefficient": {"l2": 0.1}})],
+)
+def test_epoch_loop_follows_the_per_step_run_for_other_losses(loss, penalty, regression, mlp_onnx):
+    """The losses written after the scan from every batch's prediction (absolute and
+    elastic losses), and those the body differentiates node by node (a penalty)."""
+    X, y = regression
+    w = np.random.RandomState(2).uniform(0.2, 2.0, len(X)).astype(np.float32)
+    params = dict(loss=loss, penalty=penalty, batch_size=16, max_iter=3, random_state=0)
+    step, loop = (trained(mlp_onnx, X, y, w, loop, **params) for loop in (False, True))
+    np.testing.assert_allclose(loop.train_losses_, step.train_losses_, rtol=1e-5)
+    for name, value in step.get_state().items():
+        np.testing.assert_allclose(loop.get_state()[name], value, rtol=1e-5, atol=1e-6)
+
+
 def test_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx):
     from ortbench.bench.counters import count_runtime
 
@@ -86,6 +102,8 @@ def test_the_sgd_step_is_what_onnxruntime_fuses(
     if epoch_loop:
         scan = next(n for n in nodes if n.op_type == "Scan")
         nodes = next(a.g for a in scan.attribute if a.name == "body").node
+    if epoch_loop:  # the losses are computed after the scan, from every batch's prediction
+        assert not any("loss_scale" in n.input for n in nodes)
     ops = Counter(n.op_type for n in nodes)
     written_by = {o: n.op_type for n in nodes for o in n.output}
     coefficients = [w for w in trainer.get_state() if w.startswith("coefficient")]

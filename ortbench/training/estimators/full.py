@@ -57,7 +57,7 @@ class FullTrainer(BaseTrainer):
         The runtime that computes the gradients: ort-training where it is installed,
         else portable (always portable with ``epoch_loop=True``).
     epoch_loop : bool, default=False
-        Run each epoch as one onnxruntime run, an ONNX ``Loop`` whose body is the
+        Run each epoch as one onnxruntime run, an ONNX ``Scan`` whose body is the
         portable fused step (:mod:`ortbench.training.steps.epoch_loop`): the same trajectory,
         without a run's dispatch per step. Portable backend and CPU only.
 

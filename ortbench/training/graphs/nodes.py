@@ -1,5 +1,5 @@
 """Reading and rewriting nodes: attributes, the tensors a node (and its subgraphs)
-reads, a tensor's ancestors, fresh names, and scikit-learn's linear nodes rewritten into
+reads, a tensor's ancestors (and a graph cut to what its outputs read), fresh names, and scikit-learn's linear nodes rewritten into
 trainable MatMul and Add."""
 
 from __future__ import annotations
@@ -25,6 +25,19 @@ def ancestors(producers: dict, names: list[str]) -> set[str]:
             stack.extend(node.input)
             stack.extend(subgraph_reads(node))
     return seen
+
+
+def drop_unread(graph: onnx.GraphProto) -> None:
+    """Remove, in place, the nodes and initializers that none of ``graph``'s outputs is
+    computed from."""
+    producers = {name: node for node in graph.node for name in node.output}
+    read = ancestors(producers, [o.name for o in graph.output])
+    nodes = [node for node in graph.node if read.intersection(node.output)]
+    initializers = [i for i in graph.initializer if i.name in read]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
 
 
 def subgraph_reads(node: onnx.NodeProto) -> set[str]:

@@ -6,7 +6,9 @@ weight its own group; the ``Scan`` hands it batch ``i`` of the staged epoch (eve
 stacked, ``(n_batches, batch_size, ...)``, in the epoch's shuffled order) and carries the
 weights and the optimizer state from one iteration to the next. The per-batch losses come
 out as the scan's output, so the epoch's loss is the same weighted mean as the per-step
-run's. The last batch needs no special case: the loader pads it with rows of sample weight
+run's; where the loss is a hand-written head, the scan gives every batch's prediction
+instead and nodes after it compute all the batches' losses at once, so that the body runs
+only the nodes the step needs. The last batch needs no special case: the loader pads it with rows of sample weight
 0, as it does for the per-step run, and its loss weighs its real rows only.
 
 ``Scan`` rather than ``Loop``: a ``Loop`` body would slice batch ``i`` with one ``Gather``
@@ -31,6 +33,7 @@ from ..errors import OrtBenchError
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
 from ..graphs.loss_graph import LossHead
+from ..graphs.nodes import drop_unread
 from ..learning_rates import BaseLearningRate
 from ..runtime import capi
 from ..runtime.devices import cpu_scalar
@@ -81,7 +84,8 @@ def epoch_loop_graph(
         ``step_scale`` (scalar, the rate's step factor); then ``state_before`` (flat)
         when the rate keeps a state. Outputs: ``<w>_after`` for each weight,
         ``state_after`` (flat) with a state, then ``losses``, the loss of each batch
-        before its update (``(n_batches, 1, 1)`` with a head).
+        before its update (``(n_batches, 1, 1)`` with a head, computed after the scan by
+        :func:`epoch_losses_nodes`).
     """
     step = fused_step_graph(with_loss, weights, rate, loss_name, head)
     body = step.graph
@@ -92,15 +96,28 @@ def epoch_loop_graph(
 
     # the body is the fused step, its inputs reordered as Scan reads them (the carried
     # values, then batch i of each staged input); step_scale, where read, is the outer
-    # graph's
+    # graph's. With a head, the body gives its prediction instead of its loss: the
+    # losses are computed after the scan, over the whole epoch (nodes run once, not per
+    # batch), and the body keeps only the loss's gradient
     outputs = {o.name: o for o in body.output}
+    if head is None:
+        per_batch = outputs[loss_name]
+    else:
+        per_batch = helper.make_tensor_value_info(
+            head.predicted, onnx.TensorProto.FLOAT, _dims(inputs[head.label])
+        )
     scan_body = helper.make_graph(
         list(body.node),
         "epoch_step",
         [*(inputs[name] for name in carried), *(inputs[name] for name in data)],
-        [*(outputs[f"{name}_new"] for name in carried), outputs[loss_name]],
+        [*(outputs[f"{name}_new"] for name in carried), per_batch],
         list(body.initializer),
     )
+    drop_unread(scan_body)
+    read = {name for node in scan_body.node for name in node.input}
+    sliced = [name for name in data if name in read]
+    del scan_body.input[len(carried) :]
+    scan_body.input.extend(inputs[name] for name in sliced)
 
     b = GraphBuilder("epoch_loop", opset=opset, prefix="epoch_")
     for name in data:
@@ -125,13 +142,15 @@ def epoch_loop_graph(
     b.nodes.append(
         helper.make_node(
             "Scan",
-            [*(initial[name] for name in carried), *(f"{name}_epoch" for name in data)],
-            [*finals, "losses"],
+            [*(initial[name] for name in carried), *(f"{name}_epoch" for name in sliced)],
+            [*finals, "losses" if head is None else "predictions"],
             name="epoch_loop",
             body=scan_body,
-            num_scan_inputs=len(data),
+            num_scan_inputs=len(sliced),
         )
     )
+    if head is not None:
+        epoch_losses_nodes(b, head, "predictions", "losses")
     for name in weights:
         b.output(f"{name}_after", _dims(inputs[name]))
     if rate.n_states:
@@ -142,7 +161,24 @@ def epoch_loop_graph(
         b.op("Concat", *flat, axis=0, name="state_after")
         b.output("state_after", [state_width])
     b.output("losses", [n_batches, *loss_shape(head)])
-    return b.to_model()
+    model = b.to_model()
+    drop_unread(model.graph)  # the loss's derivative, which the head's nodes write too
+    return model
+
+
+def epoch_losses_nodes(b: GraphBuilder, head: LossHead, predictions: str, name: str) -> str:
+    """Add the loss of each batch of the epoch, computed at once from every batch's
+    prediction, and return its name.
+
+    Inputs: ``predictions`` (n_batches, n, c), each batch's prediction before its update,
+    and the staged epoch's ``<label>_epoch`` (n_batches, n, c) and ``<loss_scale>_epoch``
+    (n_batches, n, 1). Output: ``name`` (n_batches, 1, 1), the weighted sum of each batch's
+    element losses, the loss :meth:`LossHead.nodes` writes for one batch.
+    """
+    element, factor = head.loss.element_loss_nodes(b, f"{head.label}_epoch", predictions)
+    weighted = b.op("Mul", element, f"{head.loss_scale}_epoch")
+    summed = b.op("ReduceSum", weighted, b.const([1, 2], np.int64), keepdims=1)
+    return b.op("Mul", summed, b.const(factor), name=name)
 
 
 class EpochLoopSteps(OneGraphSteps):

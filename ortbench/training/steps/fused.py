@@ -23,7 +23,7 @@ from ..gradients.portable import vjp_graph
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
 from ..graphs.loss_graph import LossHead
-from ..graphs.nodes import ancestors
+from ..graphs.nodes import drop_unread
 from ..graphs.outputs import static_width
 from ..graphs.weights import get_initializers, weights_as_inputs
 from ..learning_rates import BaseLearningRate, LearningRateAdamW
@@ -56,13 +56,10 @@ def step_graph(
     graph = model.graph
     columns = static_width(model, head.predicted)
     # the head writes the loss again, with its gradient: the model's loss nodes go
-    producers = {name: node for node in graph.node for name in node.output}
-    forward = ancestors(producers, [head.predicted])
-    kept = [node for node in graph.node if forward.intersection(node.output)]
-    del graph.node[:]
-    graph.node.extend(kept)
     del graph.output[:]
     graph.output.append(helper.make_tensor_value_info(head.predicted, TensorProto.FLOAT, None))
+    drop_unread(graph)
+    forward = len(graph.node)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
     b = GraphBuilder("loss_gradient", opset=opset, prefix="loss_gradient_")
     seed = head.nodes(b, loss_name, columns)
@@ -76,7 +73,7 @@ def step_graph(
     graph.initializer.extend(b.initializers)
     nodes = list(graph.node)
     del graph.node[:]
-    graph.node.extend([*nodes[: len(kept)], *b.nodes, *nodes[len(kept) :]])
+    graph.node.extend([*nodes[:forward], *b.nodes, *nodes[forward:]])
     graph.output.pop()  # the prediction
     graph.output.append(
         helper.make_tensor_value_info(loss_name, TensorProto.FLOAT, loss_shape(head))
