@@ -103,6 +103,32 @@ def test_a_loss_graph_of_known_width_keeps_a_matrix_loss(name, columns):
     assert len(reductions) == (columns != 1)
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_losses_of_an_epoch_are_numpy_rows_weighed_batch_by_batch(name):
+    """The graph of every batch's loss at once (the losses computed after an epoch) gives
+    each batch's weighted mean of numpy's rows; the gradient-only graph a step runs then
+    gives the loss graph's gradient, reading no loss scale."""
+    loss = CASES[name]
+    predicted, expected, weight = batch(loss, rows=12)
+    scale = np.concatenate([w / w.sum() for w in weight.reshape(3, 4)]).reshape(-1, 1)
+    stacked = {"expected": expected, "predicted": predicted, "loss_scale": scale}
+    (losses,) = run(
+        loss.build_epoch_function(), {k: v.reshape(3, 4, -1) for k, v in stacked.items()}
+    )
+    rows = loss.numpy_rows(predicted, expected) * scale.ravel()
+    np.testing.assert_allclose(losses.ravel(), rows.reshape(3, 4).sum(axis=1), rtol=1e-5)
+    assert losses.shape == (3, 1, 1)
+    only = loss.build_onnx_function(3, gradient_only=True)
+    assert [i.name for i in only.graph.input] == ["expected", "predicted", "grad_scale"]
+    assert [o.name for o in only.graph.output] == ["loss_grad"]
+    grad_scale = -0.5 * scale
+    (gradient,) = run(
+        only, {"expected": expected, "predicted": predicted, "grad_scale": grad_scale}
+    )
+    _, reference = run(loss.build_onnx_function(3), {**stacked, "grad_scale": grad_scale})
+    np.testing.assert_array_equal(gradient, reference)
+
+
 def test_neglog_rows_are_scikit_learn_log_loss():
     from sklearn.metrics import log_loss
 

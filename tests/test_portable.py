@@ -287,7 +287,7 @@ def test_portable_full_trainer_follows_scikit_learn(learning_rate, momentum, reg
 def test_portable_momentum_on_cpu_is_a_step_run_then_the_stacked_update(regression, mlp_onnx):
     """The steps go to the stacked buffers' step row, and the update reads the weight,
     state and step rows in two matrix products: no flat copy of the steps, two runs a
-    step, no new OrtValue."""
+    step and one an epoch (the losses), no new OrtValue."""
     from ortbench.bench.counters import count_runtime
 
     X, y = regression
@@ -299,7 +299,7 @@ def test_portable_momentum_on_cpu_is_a_step_run_then_the_stacked_update(regressi
     assert "Concat" not in {n.op_type for n in graphs["train_step"].graph.node}
     with count_runtime(trainer) as counts:
         trainer.set_params(warm_start=True, max_iter=2).fit(X, y)
-    assert counts.runs == 2 * counts.steps == 2 * 2 * 8  # 120 rows, batches of 16
+    assert counts.runs - 2 == 2 * counts.steps == 2 * 2 * 8  # 120 rows, batches of 16
     assert counts.ortvalues == 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 PHASES = {
     "ForwardBackwardTrainer_agent": ("forward", "backward"),
     "ForwardBackwardTrainer_loss": ("loss and its gradient",),
+    "ForwardBackwardTrainer_epoch_losses": ("losses, once an epoch",),
     "ForwardBackwardTrainer_update": ("update (penalty fused)",),
     "ForwardBackwardTrainer_forward": ("forward",),
     "ForwardBackwardTrainer_backward": ("backward",),
@@ -19,6 +20,7 @@ PHASES = {
     "FullTrainer_optimizer": ("update",),
     "FullTrainer_fused_step": ("forward, loss, backward and update",),
     "FullTrainer_update": ("update",),
+    "FullTrainer_epoch_losses": ("losses, once an epoch",),
 }
 
 

@@ -24,6 +24,7 @@ from sklearn.base import BaseEstimator
 
 from .errors import OrtBenchError
 from .graphs.builder import GraphBuilder
+from .graphs.nodes import drop_unread
 
 #: Probabilities are clipped to [EPS, 1 - EPS] before the log, as scikit-learn does.
 EPS = float(np.finfo(np.float32).eps)
@@ -85,7 +86,9 @@ class BaseLearningLoss(BaseEstimator):
         as :meth:`element_nodes` returns it: the term up to a factor, and the factor."""
         return self.element_nodes(b, expected, predicted)[:2]
 
-    def build_onnx_function(self, columns: int | None = None) -> onnx.ModelProto:
+    def build_onnx_function(
+        self, columns: int | None = None, gradient_only: bool = False
+    ) -> onnx.ModelProto:
         """The loss-and-gradient graph of the forward/backward trainer.
 
         Inputs: ``expected`` (n, c), ``predicted`` (n, c), ``loss_scale`` (n, 1), each
@@ -102,6 +105,10 @@ class BaseLearningLoss(BaseEstimator):
             The prediction's width c, when the caller knows it: the loss is then shaped
             (1, 1), and for one column it is the weighting Gemm's own output (one node
             fewer). None: a scalar loss, for any width.
+        gradient_only : bool, default=False
+            Leave out the loss (and ``loss_scale``): the graph outputs ``loss_grad`` only,
+            for a trainer that computes the losses once per epoch
+            (:meth:`build_epoch_function`).
 
         Returns
         -------
@@ -111,15 +118,37 @@ class BaseLearningLoss(BaseEstimator):
         b = GraphBuilder(type(self).__name__)
         expected = b.input("expected", ["N", "C"])
         predicted = b.input("predicted", ["N", "C"])
-        loss_scale = b.input("loss_scale", ["N", 1])
+        if not gradient_only:
+            loss_scale = b.input("loss_scale", ["N", 1])
         grad_scale = b.input("grad_scale", ["N", 1])
         element, factor, derivative = self.element_nodes(b, expected, predicted)
-        matrix = columns is not None
-        weighted_sum_nodes(b, element, factor, loss_scale, "loss", matrix, columns)
+        if not gradient_only:
+            matrix = columns is not None
+            weighted_sum_nodes(b, element, factor, loss_scale, "loss", matrix, columns)
+            b.output("loss", [] if columns is None else [1, 1])
         b.op("Mul", derivative, grad_scale, name="loss_grad")
-        b.output("loss", [] if columns is None else [1, 1])
         b.output("loss_grad", ["N", "C"])
-        return b.to_model()
+        model = b.to_model()
+        drop_unread(model.graph)  # without the loss, its element term
+        return model
+
+    def build_epoch_function(self) -> onnx.ModelProto:
+        """The graph of every batch's loss of an epoch at once, from the predictions the
+        steps kept (see :func:`batch_losses_nodes`).
+
+        Inputs: ``expected`` and ``predicted`` (k, n, c), the k batches of n rows stacked,
+        and ``loss_scale`` (k, n, 1). Output: ``losses`` (k, 1, 1), each batch's loss as
+        :meth:`build_onnx_function` computes it.
+        """
+        b = GraphBuilder(f"{type(self).__name__}_epoch")
+        expected = b.input("expected", ["K", "N", "C"])
+        predicted = b.input("predicted", ["K", "N", "C"])
+        loss_scale = b.input("loss_scale", ["K", "N", 1])
+        batch_losses_nodes(self, b, expected, predicted, loss_scale, "losses")
+        b.output("losses", ["K", 1, 1])
+        model = b.to_model()
+        drop_unread(model.graph)  # the derivative element_nodes writes too
+        return model
 
     def build_samples_function(self) -> onnx.ModelProto:
         """The graph of each sample's loss, what :meth:`BaseTrainer.losses` runs.
@@ -195,6 +224,27 @@ def weighted_sum_nodes(
     alone = matrix and columns == 1
     rows = b.op("Gemm", element, shares, transA=1, alpha=factor, name=name if alone else None)
     return rows if alone else b.op("ReduceSum", rows, keepdims=int(matrix), name=name)
+
+
+def batch_losses_nodes(
+    loss: BaseLearningLoss,
+    b: GraphBuilder,
+    expected: str,
+    predicted: str,
+    shares: str,
+    name: str,
+) -> str:
+    """Add the loss of each of k stacked batches and return its name.
+
+    ``expected`` and ``predicted`` are (k, n, c), ``shares`` (k, n, 1), each row's share of
+    its batch's loss; the result is (k, 1, 1): ``factor * sum_ic s_i element_ic`` for each
+    batch, the loss :func:`weighted_sum_nodes` gives for one batch. The element term is
+    the one :meth:`BaseLearningLoss.element_nodes` writes (its derivative is left unread).
+    """
+    element, factor = loss.element_nodes(b, expected, predicted)[:2]
+    weighted = b.op("Mul", element, shares)
+    summed = b.op("ReduceSum", weighted, b.const([1, 2], np.int64), keepdims=1)
+    return b.op("Mul", summed, b.const(factor), name=name)
 
 
 def reduced_loss_nodes(

@@ -18,7 +18,6 @@ from ..errors import OrtBenchError
 from ..gradients.derivative import build_training_graph
 from ..runtime import capi
 from ..runtime.sessions import SessionMaker
-from .batches import Batch
 from .loss_update import LossUpdateSteps
 
 
@@ -27,6 +26,8 @@ class AgentStep(NamedTuple):
 
     #: The forward feeds (X, then the weights of parity 0, then of parity 1).
     forward_in: tuple[capi.OrtValueVector, capi.OrtValueVector]
+    #: The forward fetch: the batch's prediction buffer.
+    forward_out: capi.OrtValueVector
     #: Runs the loss graph bound to this batch.
     run_loss: Callable[[], None]
     #: The batch's real rows (the last batch may be padded).
@@ -45,6 +46,9 @@ class AgentSteps(LossUpdateSteps):
     """
 
     large_sessions = 1
+    #: the backward pass may write into the buffer of the prediction, which it no longer
+    #: needs: each step's loss is computed right after its forward pass
+    predictions_kept = False
 
     def _build_passes(self, static: onnx.ModelProto, sessions: SessionMaker) -> dict:
         graph = build_training_graph(static, self.weights)
@@ -65,33 +69,32 @@ class AgentSteps(LossUpdateSteps):
         )
         return {"training": graph.model}
 
-    def _bind_steps(self, batches: list[Batch], prediction, loss_grad) -> None:
+    def _bind_steps(self, batches, predictions, losses, loss_grad) -> None:
         self._grad_fetches = capi.value_vector(self._buffers.grads)
-        self._forward_out = capi.value_vector([prediction])
         self._backward_in = capi.value_vector([loss_grad])
         weights = self._buffers.weights
         self._records = [
             AgentStep(
                 tuple(capi.value_vector([batch.values[0], *weights[p]]) for p in (0, 1)),
-                self._bind_loss(batch, prediction, loss_grad).run,
+                capi.value_vector([prediction]),
+                self._bind_loss(batch, prediction, loss, loss_grad).run,
                 batch.length,
             )
-            for batch in batches
+            for batch, prediction, loss in zip(batches, predictions, losses)
         ]
 
     def run_epoch(self) -> float:
         agent, grads, updates = self._agent, self._grad_fetches, self._updates
-        forward_out, backward_in = self._forward_out, self._backward_in
-        loss_out, penalty_out = self._loss_out, self._penalty_out
+        backward_in, penalty_out = self._backward_in, self._penalty_out
         new_state = capi.PartialGraphExecutionState
-        parity, total = self._parity, 0.0
-        for forward_in, run_loss, length in self._records:
+        parity, penalty = self._parity, 0.0
+        for forward_in, forward_out, run_loss, length in self._records:
             state = new_state()
             agent.run_forward(forward_in[parity], forward_out, state, None)
             run_loss()
             agent.run_backward(backward_in, grads, state)
             updates[parity].run()
             parity = 1 - parity
-            total += (float(loss_out) + float(penalty_out)) * length
+            penalty += float(penalty_out) * length
         self._parity = parity
-        return total / self._n_samples
+        return self._losses.mean() + penalty / self._n_samples

@@ -35,6 +35,7 @@ from ..graphs.loading import fit_runtime
 from ..graphs.loss_graph import LossHead
 from ..graphs.nodes import drop_unread
 from ..learning_rates import BaseLearningRate
+from ..losses import batch_losses_nodes
 from ..runtime import capi
 from ..runtime.devices import cpu_scalar
 from ..runtime.sessions import SessionMaker
@@ -85,7 +86,7 @@ def epoch_loop_graph(
         when the rate keeps a state. Outputs: ``<w>_after`` for each weight,
         ``state_after`` (flat) with a state, then ``losses``, the loss of each batch
         before its update (``(n_batches, 1, 1)`` with a head, computed after the scan by
-        :func:`epoch_losses_nodes`).
+        :func:`~ortbench.training.losses.batch_losses_nodes`).
     """
     step = fused_step_graph(with_loss, weights, rate, loss_name, head)
     body = step.graph
@@ -150,7 +151,8 @@ def epoch_loop_graph(
         )
     )
     if head is not None:
-        epoch_losses_nodes(b, head, "predictions", "losses")
+        label, shares = f"{head.label}_epoch", f"{head.loss_scale}_epoch"
+        batch_losses_nodes(head.loss, b, label, "predictions", shares, "losses")
     for name in weights:
         b.output(f"{name}_after", _dims(inputs[name]))
     if rate.n_states:
@@ -164,21 +166,6 @@ def epoch_loop_graph(
     model = b.to_model()
     drop_unread(model.graph)  # the loss's derivative, which the head's nodes write too
     return model
-
-
-def epoch_losses_nodes(b: GraphBuilder, head: LossHead, predictions: str, name: str) -> str:
-    """Add the loss of each batch of the epoch, computed at once from every batch's
-    prediction, and return its name.
-
-    Inputs: ``predictions`` (n_batches, n, c), each batch's prediction before its update,
-    and the staged epoch's ``<label>_epoch`` (n_batches, n, c) and ``<loss_scale>_epoch``
-    (n_batches, n, 1). Output: ``name`` (n_batches, 1, 1), the weighted sum of each batch's
-    element losses, the loss :meth:`LossHead.nodes` writes for one batch.
-    """
-    element, factor = head.loss.element_loss_nodes(b, f"{head.label}_epoch", predictions)
-    weighted = b.op("Mul", element, f"{head.loss_scale}_epoch")
-    summed = b.op("ReduceSum", weighted, b.const([1, 2], np.int64), keepdims=1)
-    return b.op("Mul", summed, b.const(factor), name=name)
 
 
 class EpochLoopSteps(OneGraphSteps):

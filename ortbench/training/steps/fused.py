@@ -12,9 +12,7 @@ and every binding is made once per batch and parity before the first step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
-import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -28,8 +26,9 @@ from ..graphs.outputs import static_width
 from ..graphs.weights import get_initializers, weights_as_inputs
 from ..learning_rates import BaseLearningRate, LearningRateAdamW
 from ..runtime import capi
-from ..runtime.devices import ScalarInput, cpu_scalar
+from ..runtime.devices import ScalarInput
 from ..runtime.sessions import SessionMaker
+from .batch_losses import BatchLosses
 from .batches import Batch, BatchLoader
 from .buffers import DoubleBufferedSteps, WeightBuffers
 
@@ -120,20 +119,27 @@ def fused_step_graph(
     return step
 
 
+def predicting(step: onnx.ModelProto, loss_name: str, head: LossHead) -> onnx.ModelProto:
+    """``step`` (of :func:`step_graph` or :func:`fused_step_graph` with ``head``) giving the
+    head's prediction, shaped like the labels, in place of the loss output, and without the
+    nodes only the loss read: the losses are computed after the epoch
+    (:mod:`~ortbench.training.steps.batch_losses`). The loss's inputs stay, unread."""
+    graph = step.graph
+    label = next(i for i in graph.input if i.name == head.label)
+    prediction = helper.make_tensor_value_info(
+        head.predicted, TensorProto.FLOAT, [d.dim_value for d in label.type.tensor_type.shape.dim]
+    )
+    outputs = [prediction if o.name == loss_name else o for o in graph.output]
+    del graph.output[:]
+    graph.output.extend(outputs)
+    drop_unread(graph)
+    return step
+
+
 def loss_shape(head: LossHead | None) -> list[int]:
     """The shape of the batch loss :func:`step_graph` outputs: (1, 1) when a head writes
     it (no node reduces it further), else a scalar."""
     return [1, 1] if head is not None else []
-
-
-class FusedStep(NamedTuple):
-    """What one step of :class:`FusedSteps` runs over one staged batch."""
-
-    #: The run over the batch reading the weights of parity 0, then the one reading parity 1
-    #: (the fused step, or the stacked steps' step run, which the update run follows).
-    runs: tuple[capi.Binding, capi.Binding]
-    #: The batch's real rows (the last batch may be padded).
-    length: int
 
 
 class OneGraphSteps(DoubleBufferedSteps):
@@ -241,36 +247,43 @@ class FusedSteps(OneGraphSteps):
         super().__init__(with_loss, weights, rate, sessions, feeds, loss_name, head)
         buffers = self._buffers
         self._stacked = buffers.has_state and buffers.on_cpu
+        # with a head on the CPU, a step writes its prediction, and the losses are
+        # computed after the epoch; otherwise each step writes its loss
+        after_epoch = head is not None and buffers.on_cpu
+        self._losses = BatchLosses(head.loss if after_epoch else None, loss_shape(head), sessions)
+        self._written = head.predicted if after_epoch else loss_name
         if self._stacked:
             model = step_graph(with_loss, weights, loss_name, head)
             update, self._update_session, self._updates = buffers.stacked_update(rate, sessions)
-            self.graphs = {"train_step": model, "update": update}
-            self._session = sessions.session(fit_runtime(model).SerializeToString(), "train_step")
+            graphs = {"train_step": model, "update": update}
         else:
             model = fused_step_graph(with_loss, weights, rate, loss_name, head)
-            self.graphs = {"fused_step": model}
-            self._session = sessions.session(fit_runtime(model).SerializeToString(), "fused_step")
-        self._loss_out = np.zeros(loss_shape(head), dtype=np.float32)
-        self._loss_value = self._loss_out.reshape(())  # what a step reads: a view
+            graphs = {"fused_step": model}
+        if after_epoch:
+            model = predicting(model, loss_name, head)
+        label = "train_step" if self._stacked else "fused_step"
+        self._session = sessions.session(fit_runtime(model).SerializeToString(), label)
+        self.graphs = {**graphs, **self._losses.graphs}
 
     def start_fit(self, loader: BatchLoader) -> None:
-        """Bind each staged batch's feeds, for both parities."""
+        """Bind each staged batch's feeds and its loss's slot, for both parities."""
         self._use_loader(loader)
-        self._n_samples = loader.n_samples
+        slots = self._losses.bind(loader)
         self._records = [
-            FusedStep(tuple(self._bind(batch, p) for p in (0, 1)), batch.length)
-            for batch in loader.batches
+            tuple(self._bind(batch, p, slot) for p in (0, 1))
+            for batch, slot in zip(loader.batches, slots)
         ]
 
-    def _bind(self, batch: Batch, src: int) -> capi.Binding:
+    def _bind(self, batch: Batch, src: int, slot: capi.OrtValue) -> capi.Binding:
         """The run over ``batch`` reading the weights of parity ``src``: the fused step
-        writes the other parity, the stacked steps' first run writes the step row."""
+        writes the other parity, the stacked steps' first run writes the step row; either
+        writes the batch's loss, or its prediction, into ``slot``."""
         buffers, dst = self._buffers, 1 - src
         binding = capi.Binding(self._session)
         for name, value in zip(self._data_inputs, self._feeds(batch)):
             binding.bind_input(name, value)
         self._bind_step_scale(binding)
-        binding.bind_output(self._loss_name, cpu_scalar(self._loss_out))
+        binding.bind_output(self._written, slot)
         for i, name in enumerate(self.weights):
             binding.bind_input(name, buffers.weights[src][i])  # views of the flat buffers on CPU
             if self._stacked:
@@ -284,18 +297,16 @@ class FusedSteps(OneGraphSteps):
 
     def run_epoch(self) -> float:
         """Train on every staged batch; return the epoch's loss (mean over samples)."""
-        parity, total, out = self._parity, 0.0, self._loss_value
+        parity = self._parity
         if self._stacked:
             updates = self._updates
-            for runs, length in self._records:
+            for runs in self._records:
                 runs[parity].run()
                 updates[parity].run()
                 parity = 1 - parity
-                total += float(out) * length
         else:
-            for runs, length in self._records:
+            for runs in self._records:
                 runs[parity].run()
                 parity = 1 - parity
-                total += float(out) * length
         self._parity = parity
-        return total / self._n_samples
+        return self._losses.mean()

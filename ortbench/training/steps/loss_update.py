@@ -19,6 +19,8 @@ backward and the loop of an epoch.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import onnx
 
@@ -31,6 +33,7 @@ from ..penalties import BaseLearningPenalty
 from ..runtime import capi
 from ..runtime.devices import ScalarInput, cpu_scalar
 from ..runtime.sessions import SessionMaker
+from .batch_losses import BatchLosses
 from .batches import Batch, BatchLoader
 from .buffers import DoubleBufferedSteps, WeightBuffers
 
@@ -62,6 +65,10 @@ class LossUpdateSteps(DoubleBufferedSteps):
         When the backend cannot run forward and backward of this model.
     """
 
+    #: Whether each batch's prediction stays as the forward pass wrote it until the epoch
+    #: ends, so that the losses can be computed after the epoch (on the CPU).
+    predictions_kept: ClassVar[bool]
+
     def __init__(
         self,
         static: onnx.ModelProto,
@@ -79,17 +86,21 @@ class LossUpdateSteps(DoubleBufferedSteps):
             get_initializers(static, weights), rate.n_states, self._device, biases
         )
         self._buffers = buffers
-        # the loss stays (1, 1): for one output, no node reduces it to a scalar
-        loss_model = loss.build_onnx_function(static_width(static, static.graph.output[0].name))
+        # on the CPU, where the predictions stay as the forward pass wrote them, the loss
+        # graph computes the gradient only, and the losses are computed after the epoch;
+        # elsewhere it computes the loss too, (1, 1) where the prediction's width is known
+        # (no node then reduces it to a scalar)
+        after_epoch = buffers.on_cpu and self.predictions_kept
+        width = static_width(static, static.graph.output[0].name)
+        loss_model = loss.build_onnx_function(width, gradient_only=after_epoch)
         self._loss_session = sessions.session(
             fit_runtime(loss_model).SerializeToString(), "loss", one_thread=True
         )
+        dims = loss_model.graph.output[0].type.tensor_type.shape.dim
+        shape = [d.dim_value for d in dims]  # the loss's, unless after_epoch
+        self._losses = BatchLosses(loss if after_epoch else None, shape, sessions)
         self._rate = rate
         self._step_scale = ScalarInput(sessions.ort_device)
-        # the loss graph's own output shape: (1, 1) where the prediction's width is known
-        dims = loss_model.graph.output[0].type.tensor_type.shape.dim
-        self._loss_buffer = np.zeros([d.dim_value for d in dims], dtype=np.float32)
-        self._loss_out = self._loss_buffer.reshape(())  # the steps read it through this view
         self._penalty_out = np.zeros((), dtype=np.float32)
         if buffers.on_cpu and buffers.has_state and not penalty.is_active():
             update_model, self._update_session, self._updates = buffers.stacked_update(
@@ -105,7 +116,7 @@ class LossUpdateSteps(DoubleBufferedSteps):
             self._updates = [
                 self._bind_update(self._update_session, update_model, p) for p in (0, 1)
             ]
-        self.graphs = {**graphs, "loss": loss_model, "update": update_model}
+        self.graphs = {**graphs, "loss": loss_model, "update": update_model, **self._losses.graphs}
         self._parity = 0
         self._loader: BatchLoader | None = None
 
@@ -140,37 +151,53 @@ class LossUpdateSteps(DoubleBufferedSteps):
     def start_fit(self, loader: BatchLoader) -> None:
         """Bind every run of every staged batch, once: a step then only runs.
 
-        The forward pass fills one prediction buffer (every batch has ``batch_size``
-        rows), the loss graph reads it and fills one buffer with the loss's gradient, which
+        The forward pass fills a prediction buffer (every batch has ``batch_size`` rows:
+        one buffer for all, or each batch's slot where the losses are computed after the
+        epoch), the loss graph reads it and fills one buffer with the loss's gradient, which
         the backward pass reads; the backward pass writes the step buffers the update
         graph was bound to when it was built.
         """
         self._loader = loader
         loader.set_gradient_factor(float(self._step_scale))
         batches = loader.batches
-        shape = tuple(batches[0].values[1].shape())  # every batch has batch_size rows
+        shape = tuple(batches[0].values[1].shape())
         self._hosts: list[np.ndarray] = []  # the memory the OrtValues below view
-        prediction, loss_grad = self._zeros(shape), self._zeros(shape)
+        slots, loss_grad = self._losses.bind(loader), self._zeros(shape)
+        if self._losses.after_epoch:
+            predictions, losses = slots, [None] * len(batches)
+        else:
+            predictions, losses = [self._zeros(shape)] * len(batches), slots
         self._n_samples = loader.n_samples
-        self._bind_steps(batches, prediction, loss_grad)
+        self._bind_steps(batches, predictions, losses, loss_grad)
 
     def _bind_steps(
-        self, batches: list[Batch], prediction: capi.OrtValue, loss_grad: capi.OrtValue
+        self,
+        batches: list[Batch],
+        predictions: list[capi.OrtValue],
+        losses: list[capi.OrtValue | None],
+        loss_grad: capi.OrtValue,
     ) -> None:
-        """Bind forward and backward of every batch; make ``_records``, one step record
-        per batch, which :meth:`run_epoch` iterates over."""
+        """Bind forward and backward of every batch (batch ``k`` predicts into
+        ``predictions[k]``, its loss goes to ``losses[k]``); make ``_records``, one step
+        record per batch, which :meth:`run_epoch` iterates over."""
         raise NotImplementedError
 
     def _bind_loss(
-        self, batch: Batch, prediction: capi.OrtValue, loss_grad: capi.OrtValue
+        self,
+        batch: Batch,
+        prediction: capi.OrtValue,
+        loss_out: capi.OrtValue | None,
+        loss_grad: capi.OrtValue,
     ) -> capi.Binding:
-        """The loss graph's run over one staged batch."""
+        """The loss graph's run over one staged batch (its loss into ``loss_out``, unless
+        the losses are computed after the epoch)."""
         loss = capi.Binding(self._loss_session)
         loss.bind_input("predicted", prediction)
         loss.bind_input("expected", batch.values[1])
-        loss.bind_input("loss_scale", batch.loss_scale)
         loss.bind_input("grad_scale", batch.grad_scale)
-        loss.bind_output("loss", cpu_scalar(self._loss_buffer))
+        if loss_out is not None:
+            loss.bind_input("loss_scale", batch.loss_scale)
+            loss.bind_output("loss", loss_out)
         loss.bind_output("loss_grad", loss_grad)
         return loss
 

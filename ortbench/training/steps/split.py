@@ -41,6 +41,7 @@ class SplitSteps(LossUpdateSteps):
     """
 
     large_sessions = 2
+    predictions_kept = True
 
     def _build_passes(self, static: onnx.ModelProto, sessions: SessionMaker) -> dict:
         weights = self.weights
@@ -58,9 +59,9 @@ class SplitSteps(LossUpdateSteps):
         self._stash_buffers: dict[str, capi.OrtValue] | None = None
         return graphs
 
-    def _stash_values(self, batch: Batch, prediction: capi.OrtValue) -> dict[str, capi.OrtValue]:
-        """The prediction and the buffers the forward pass hands to the backward pass,
-        allocated by onnxruntime in one forward run (their shapes are then known)."""
+    def _stash_values(self, batch: Batch) -> dict[str, capi.OrtValue]:
+        """The buffers the forward pass hands to the backward pass, allocated by
+        onnxruntime in one forward run (their shapes are then known)."""
         if self._stash_buffers is None:
             binding = capi.Binding(self._forward)
             binding.bind_input(self._input_name, batch.values[0])
@@ -70,10 +71,11 @@ class SplitSteps(LossUpdateSteps):
                 binding.bind_output_to(name, self._device)
             binding.run()
             self._stash_buffers = dict(zip(self._stash_names, binding.outputs()[1:]))
-        return {self._output_name: prediction, **self._stash_buffers}
+        return self._stash_buffers
 
     def _bind_passes(self, batch: Batch, parity: int, stash: dict, loss_grad) -> tuple:
-        """The forward and backward runs of one batch reading the weights of ``parity``."""
+        """The forward and backward runs of one batch reading the weights of ``parity``;
+        ``stash`` holds the prediction's buffer too."""
         forward, backward = capi.Binding(self._forward), capi.Binding(self._backward)
         values = {
             self._input_name: batch.values[0],
@@ -92,20 +94,23 @@ class SplitSteps(LossUpdateSteps):
             backward.bind_output(f"{name}_grad", grad)
         return forward.run, backward.run
 
-    def _bind_steps(self, batches: list[Batch], prediction, loss_grad) -> None:
-        stash = self._stash_values(batches[0], prediction)
+    def _bind_steps(self, batches, predictions, losses, loss_grad) -> None:
+        stash = self._stash_values(batches[0])
         self._records = [
             SplitStep(
-                tuple(self._bind_passes(batch, p, stash, loss_grad) for p in (0, 1)),
-                self._bind_loss(batch, prediction, loss_grad).run,
+                tuple(
+                    self._bind_passes(batch, p, {self._output_name: prediction, **stash}, loss_grad)
+                    for p in (0, 1)
+                ),
+                self._bind_loss(batch, prediction, loss, loss_grad).run,
                 batch.length,
             )
-            for batch in batches
+            for batch, prediction, loss in zip(batches, predictions, losses)
         ]
 
     def run_epoch(self) -> float:
-        updates, loss_out, penalty_out = self._updates, self._loss_out, self._penalty_out
-        parity, total = self._parity, 0.0
+        updates, penalty_out = self._updates, self._penalty_out
+        parity, penalty = self._parity, 0.0
         for passes, run_loss, length in self._records:
             run_forward, run_backward = passes[parity]
             run_forward()
@@ -113,6 +118,6 @@ class SplitSteps(LossUpdateSteps):
             run_backward()
             updates[parity].run()
             parity = 1 - parity
-            total += (float(loss_out) + float(penalty_out)) * length
+            penalty += float(penalty_out) * length
         self._parity = parity
-        return total / self._n_samples
+        return self._losses.mean() + penalty / self._n_samples
