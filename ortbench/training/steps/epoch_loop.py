@@ -40,7 +40,7 @@ from ..runtime import capi
 from ..runtime.devices import cpu_scalar
 from ..runtime.sessions import SessionMaker
 from .batches import Batch, BatchLoader
-from .fused import OneGraphSteps, fused_step_graph, loss_shape
+from .fused import OneGraphSteps, fused_step_graph, loss_shape, predicting
 
 
 def _dims(value: onnx.ValueInfoProto) -> list[int]:
@@ -89,6 +89,10 @@ def epoch_loop_graph(
         :func:`~ortbench.training.losses.batch_losses_nodes`).
     """
     step = fused_step_graph(with_loss, weights, rate, loss_name, head)
+    if head is not None:
+        # the body gives its prediction instead of its loss, and keeps only the loss's
+        # gradient: the losses are computed after the scan, over the whole epoch
+        step = predicting(step, loss_name, head)
     body = step.graph
     opset = next(o.version for o in step.opset_import if o.domain in ("", "ai.onnx"))
     inputs = {i.name: i for i in body.input}
@@ -96,29 +100,18 @@ def epoch_loop_graph(
     carried = [w for w in weights for w in ([w, f"{w}_state"] if rate.n_states else [w])]
 
     # the body is the fused step, its inputs reordered as Scan reads them (the carried
-    # values, then batch i of each staged input); step_scale, where read, is the outer
-    # graph's. With a head, the body gives its prediction instead of its loss: the
-    # losses are computed after the scan, over the whole epoch (nodes run once, not per
-    # batch), and the body keeps only the loss's gradient
+    # values, then batch i of each staged input the body reads); step_scale, where read,
+    # is the outer graph's
     outputs = {o.name: o for o in body.output}
-    if head is None:
-        per_batch = outputs[loss_name]
-    else:
-        per_batch = helper.make_tensor_value_info(
-            head.predicted, onnx.TensorProto.FLOAT, _dims(inputs[head.label])
-        )
+    read = {name for node in body.node for name in node.input}
+    sliced = [name for name in data if name in read]
     scan_body = helper.make_graph(
         list(body.node),
         "epoch_step",
-        [*(inputs[name] for name in carried), *(inputs[name] for name in data)],
-        [*(outputs[f"{name}_new"] for name in carried), per_batch],
+        [*(inputs[name] for name in carried), *(inputs[name] for name in sliced)],
+        [*(outputs[f"{name}_new"] for name in carried), body.output[-1]],
         list(body.initializer),
     )
-    drop_unread(scan_body)
-    read = {name for node in scan_body.node for name in node.input}
-    sliced = [name for name in data if name in read]
-    del scan_body.input[len(carried) :]
-    scan_body.input.extend(inputs[name] for name in sliced)
 
     b = GraphBuilder("epoch_loop", opset=opset, prefix="epoch_")
     for name in data:
