@@ -1,6 +1,6 @@
 """Reading and rewriting nodes: attributes, the tensors a node (and its subgraphs)
-reads, a tensor's ancestors (and a graph cut to what its outputs read), fresh names, and scikit-learn's linear nodes rewritten into
-trainable MatMul and Add."""
+reads, a tensor's ancestors (and a graph cut to what its outputs read), fresh names, and
+scikit-learn's linear nodes rewritten into trainable MatMul and Add."""
 
 from __future__ import annotations
 

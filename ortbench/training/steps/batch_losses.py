@@ -8,7 +8,8 @@ epoch's mean over samples). Two ways:
   buffer, and one run after the epoch computes every batch's loss at once
   (:meth:`~ortbench.training.losses.BaseLearningLoss.build_epoch_function`): the loss's
   own nodes run once an epoch instead of once a step;
-- **at each step** (``loss`` None): each step writes its loss into its own slot.
+- **at each step** (``loss`` None): each step writes its loss into its own slot, or one
+  run writes every batch's (the epoch loop: :meth:`BatchLosses.every_batch`).
 
 Either way the epoch's loop only runs: it reads no loss between steps.
 """
@@ -73,6 +74,11 @@ class BatchLosses:
         self._run = run
         cpu = ort_device("cpu")
         return [capi.OrtValue.ortvalue_from_numpy(p, cpu) for p in self._predictions]
+
+    def every_batch(self) -> capi.OrtValue:
+        """The losses of every batch at once, ``(n_batches, *shape)``, for one run that
+        writes them all (the epoch loop's); call :meth:`bind` first."""
+        return cpu_scalar(self._losses)
 
     def mean(self) -> float:
         """The epoch's loss, the mean over samples (each batch's loss weighs its real

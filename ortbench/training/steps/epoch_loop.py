@@ -8,8 +8,9 @@ weights and the optimizer state from one iteration to the next. The per-batch lo
 out as the scan's output, so the epoch's loss is the same weighted mean as the per-step
 run's; where the loss is a hand-written head, the scan gives every batch's prediction
 instead and nodes after it compute all the batches' losses at once, so that the body runs
-only the nodes the step needs. The last batch needs no special case: the loader pads it with rows of sample weight
-0, as it does for the per-step run, and its loss weighs its real rows only.
+only the nodes the step needs. The last batch needs no special case: the loader pads it
+with rows of sample weight 0, as it does for the per-step run, and its loss weighs its
+real rows only.
 
 ``Scan`` rather than ``Loop``: a ``Loop`` body would slice batch ``i`` with one ``Gather``
 per data input and pass its condition through, nodes that ``Scan``'s own slicing saves
@@ -37,8 +38,8 @@ from ..graphs.nodes import drop_unread
 from ..learning_rates import BaseLearningRate
 from ..losses import batch_losses_nodes
 from ..runtime import capi
-from ..runtime.devices import cpu_scalar
 from ..runtime.sessions import SessionMaker
+from .batch_losses import BatchLosses
 from .batches import Batch, BatchLoader
 from .fused import OneGraphSteps, fused_step_graph, loss_shape, predicting
 
@@ -190,6 +191,7 @@ class EpochLoopSteps(OneGraphSteps):
         self._with_loss = with_loss
         self.graphs: dict[str, onnx.ModelProto | bytes] = {}
         self._n_batches = 0
+        self._losses = BatchLosses(None, loss_shape(head), sessions)  # the loop writes them
 
     def start_fit(self, loader: BatchLoader) -> None:
         """Build the loop for the loader's number of batches (when it changed) and bind
@@ -211,11 +213,7 @@ class EpochLoopSteps(OneGraphSteps):
             self._session = self._sessions.session(
                 fit_runtime(model).SerializeToString(), "epoch_loop"
             )
-        self._n_samples = loader.n_samples
-        self._losses = np.zeros((self._n_batches, *loss_shape(self._head)), dtype=np.float32)
-        self._batch_losses = self._losses.reshape(-1)  # a view, one loss per batch
-        # each batch's real rows, which weigh its loss in the epoch's
-        self._lengths = np.array([batch.length for batch in loader.batches], dtype=np.float64)
+        self._losses.bind(loader)
         epoch = loader.staged_epoch()
         self._runs = tuple(self._bind(epoch, p) for p in (0, 1))
 
@@ -232,7 +230,7 @@ class EpochLoopSteps(OneGraphSteps):
         if buffers.has_state:
             binding.bind_input("state_before", buffers.states[src][0])
             binding.bind_output("state_after", buffers.states[dst][0])
-        binding.bind_output("losses", cpu_scalar(self._losses))
+        binding.bind_output("losses", self._losses.every_batch())
         return binding
 
     def run_epoch(self) -> float:
@@ -240,4 +238,4 @@ class EpochLoopSteps(OneGraphSteps):
         samples)."""
         self._runs[self._parity].run()
         self._parity = 1 - self._parity
-        return float(self._batch_losses @ self._lengths) / self._n_samples
+        return self._losses.mean()
