@@ -186,8 +186,12 @@ def test_slopes_that_are_no_measurement_are_unstable():
 
 
 class Jumpy(Ticker):
-    """A contender whose short fits pay a large fixed part every other time: some of its
-    slopes come out negative."""
+    """A contender whose short fits report a large fixed part every other time: some of its
+    slopes come out negative.
+
+    The jump is added to the time reported, not slept: a slept jump of fixed length came
+    out smaller than the long fits' extra steps on a loaded machine, and those slopes were
+    positive. :data:`JUMP` outweighs any long fit of this contender."""
 
     name = "jumpy"
     shorts = 0
@@ -197,11 +201,11 @@ class Jumpy(Ticker):
         if epochs == SHORT_EPOCHS:
             Jumpy.shorts += 1
             pays = Jumpy.shorts % 2 == 0
-        start = time.perf_counter()
-        if pays:
-            time.sleep(SET_UP)
-        self.continue_fit(epochs)
-        return time.perf_counter() - start
+        return super().time_fit(epochs) + (JUMP if pays else 0.0)
+
+
+#: The fixed part :class:`Jumpy` reports every other short fit (seconds).
+JUMP = 1000.0
 
 
 def test_a_cell_with_negative_slopes_is_unstable_and_fails_bench(tmp_path, monkeypatch, capsys):
@@ -217,8 +221,7 @@ def test_a_cell_with_negative_slopes_is_unstable_and_fails_bench(tmp_path, monke
     (folder,) = (tmp_path / "a").iterdir()
     statuses = {r["contender"]: r["status"] for r in read_records(folder)}
     assert statuses["sklearn-mlp-sgd"] == "ok"
-    # slopes not positive, or (on a loaded machine, where the long fits grew) spread wide
-    assert statuses["ort-full"].startswith("unstable: ")
+    assert statuses["ort-full"].startswith("unstable: ") and "not positive" in statuses["ort-full"]
     summary = (folder / "summary.md").read_text()
     (line,) = [line for line in summary.splitlines() if "| ort-full |" in line]
     assert "unstable" in line  # listed with its reason, no speed-up
