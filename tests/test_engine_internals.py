@@ -27,7 +27,11 @@ from ortbench.training import (
     add_loss_output,
 )
 from ortbench.training.gradients.derivative import choose_backend
-from ortbench.training.gradients.kernel_forms import masked_gradient
+from ortbench.training.gradients.kernel_forms import (
+    masked_gradient,
+    relu_side_gradient,
+    with_training_kernels,
+)
 from ortbench.training.gradients.portable_rules.registry import RuleContext
 from ortbench.training.graphs.builder import GraphBuilder
 from ortbench.training.graphs.loss_graph import LossHead
@@ -249,6 +253,68 @@ def test_the_relu_mask_product_is_the_gradient_where_the_side_is_positive(opset)
     )
     got = session.run(None, {"side": side, "grad": grad})[0]
     np.testing.assert_array_equal(got, grad * (side > 0))
+
+
+def relu_gradient_model(elem_type: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
+    """``grad * Sign(Relu(x))`` as the portable rule writes it for a small Relu."""
+    b = GraphBuilder("relu_gradient", 17)
+    x, grad = b.input("x", [None], elem_type), b.input("grad", [None], elem_type)
+    b.output(relu_side_gradient(b, b.op("Relu", x), grad), [None], elem_type)
+    return b.to_model()
+
+
+@pytest.mark.parametrize(
+    "kernels", ["standard", pytest.param("training", marks=pytest.mark.training_build)]
+)
+def test_the_small_relu_gradient_is_the_gradient_where_the_relu_is_positive(kernels):
+    """``relu_side_gradient`` against numpy's ``grad * (x > 0)`` on edge values: as the
+    portable graphs write it (``Mul``, ``Sign``) and as the training build's CPU sessions
+    run it (one ``ReluGrad``)."""
+    rng = np.random.default_rng(0)
+    x = np.array(EDGE_VALUES + list(rng.standard_normal(500)), np.float32)
+    grad = rng.standard_normal(x.shape).astype(np.float32)
+    model = relu_gradient_model()
+    if kernels == "training":
+        assert with_training_kernels(model) == 1
+    ops = [n.op_type for n in model.graph.node]
+    assert ops == (["Relu", "Sign", "Mul"] if kernels == "standard" else ["Relu", "ReluGrad"])
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), session_options(1), providers=["CPUExecutionProvider"]
+    )
+    got = session.run(None, {"x": x, "grad": grad})[0]
+    np.testing.assert_array_equal(got, grad * (x > 0))
+
+
+def test_training_kernels_replace_only_the_sign_of_a_float_relu():
+    """A ``Sign`` of something else than a Relu's output, a double Relu (``ReluGrad`` is
+    float only) and a ``Sign`` that another node also reads keep the standard nodes."""
+    b = GraphBuilder("signs", 17)
+    x, grad = b.input("x", [3]), b.input("grad", [3])
+    b.output(b.op("Mul", grad, b.op("Sign", x)), [3])
+    shared = b.op("Sign", b.op("Relu", x))
+    b.output(b.op("Mul", grad, shared), [3])
+    b.output(b.op("Add", shared, grad), [3])
+    for model in (b.to_model(), relu_gradient_model(onnx.TensorProto.DOUBLE)):
+        before = model.SerializeToString()
+        assert with_training_kernels(model) == 0
+        assert model.SerializeToString() == before
+
+
+@pytest.mark.training_build
+def test_training_kernels_reach_the_epoch_loop_body(regression):
+    """The epoch loop's two small Relus (MLP 6-4) take ``ReluGrad`` inside the ``Scan``
+    body, and the model declares the kernels' domain."""
+    X, y = regression
+    onx = to_onnx(fitted_mlp(X, y), X[:1])
+    model = FullTrainer(onx, epoch_loop=True, backend="portable", batch_size=4, max_iter=1)
+    loop = onnx.ModelProto()
+    loop.CopyFrom(model.fit(X, y)._steps.graphs["epoch_loop"])
+    assert with_training_kernels(loop) == 2
+    (scan,) = [n for n in loop.graph.node if n.op_type == "Scan"]
+    body = [n.op_type for n in scan.attribute[0].g.node]
+    assert body.count("ReluGrad") == 2 and "Sign" not in body
+    assert "com.microsoft" in [o.domain for o in loop.opset_import]
+    onnx.checker.check_model(loop)
 
 
 @pytest.mark.parametrize(

@@ -17,13 +17,22 @@ into onnxruntime-training's graphs.
   a ``Gemm``'s output into the ``Gemm``: the portable rules write the ``Gemm`` at every
   size, so that the fused step's update of such a bias is no node of its own.
 
+- **Relu's gradient as ``ReluGrad``, where the build has it.** On the CPU of the training
+  build, :func:`with_training_kernels` turns the portable rule's small form into one
+  ``ReluGrad`` node when a session is made: the portable graphs stay standard ONNX.
+
 On small tensors a kernel's set-up outweighs its arithmetic, and the forms with fewer
-nodes win (``Greater`` and ``Where``, one ``ReluGrad``, a ``ReduceSum``): each fast form
+nodes win (two nodes for the Relu, one ``ReluGrad``, a ``ReduceSum``): each fast form
 but the ``Gemm`` is used from a size on (:data:`MASK_FROM`, :data:`COLUMN_SUM_FROM`;
-figures in ``benchmarks/README.md``).
+figures in ``benchmarks/README.md``). Below that size the portable rule of Relu writes
+:func:`relu_side_gradient`, ``Mul(dY, Sign(Y))``: two kernels that read no broadcast
+constant, about half the instructions of ``Where(Greater(Y, 0), dY, 0)`` on the tutorial
+MLP's tensors.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import onnx
@@ -76,6 +85,29 @@ def masked_gradient(b: GraphBuilder, relu_side: str, grad: str, name: str | None
     else:  # the bounds were attributes before opset 11
         mask = b.op("Clip", scaled, min=0.0, max=1.0)
     return b.op("Mul", grad, mask, name=name)
+
+
+def relu_side_gradient(b: GraphBuilder, relu_output: str, grad: str) -> str:
+    """Append ``grad * Sign(relu_output)`` to ``b``; return its name.
+
+    A Relu's output is 0 or positive, so its sign is the Relu's derivative (0 at 0, as
+    Relu's gradient is taken everywhere in this engine).
+
+    Parameters
+    ----------
+    b : GraphBuilder
+        Where the two nodes go (``Sign``, ``Mul``).
+    relu_output : str
+        The Relu's output (not its input: the sign of a negative input is -1).
+    grad : str
+        The gradient of the Relu's output.
+
+    Returns
+    -------
+    str
+        The gradient of the Relu's input.
+    """
+    return b.op("Mul", grad, b.op("Sign", relu_output))
 
 
 def column_sum(
@@ -166,4 +198,91 @@ def rewrite_gradient_kernels(model: onnx.ModelProto) -> int:
         del graph.node[:]
         graph.node.extend(nodes)
         graph.initializer.extend(b.initializers)
+    return replaced
+
+
+#: The domain of onnxruntime-training's gradient kernels.
+TRAINING_DOMAIN = "com.microsoft"
+
+
+def with_training_kernels(model: onnx.ModelProto) -> int:
+    """Replace each ``Mul(dY, Sign(Y))`` of :func:`relu_side_gradient`, where ``Y`` is the
+    float output of a ``Relu``, by onnxruntime-training's ``ReluGrad(dY, Y)``, in place, in
+    every graph of ``model`` (``Scan`` and ``Loop`` bodies included).
+
+    One node instead of two, the same values (``ReluGrad`` passes ``dY`` where ``Y > 0``,
+    which is where ``Sign(Y)`` is 1). Only the training build's CPU provider has the
+    kernel (:func:`~ortbench.training.runtime.build.has_training_kernels`).
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        A model whose element types onnx can infer.
+
+    Returns
+    -------
+    int
+        How many pairs were replaced (none when onnx cannot infer the model).
+    """
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except onnx.shape_inference.InferenceError:
+        return 0  # an optimisation only: a graph onnx cannot infer runs as it is
+    replaced = _relu_signs_to_relu_grad(model.graph, inferred.graph, set())
+    if replaced and not any(o.domain == TRAINING_DOMAIN for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(TRAINING_DOMAIN, 1))
+    return replaced
+
+
+def _float_values(graph: onnx.GraphProto) -> set[str]:
+    values = [*graph.input, *graph.output, *graph.value_info]
+    floats = {v.name for v in values if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    return floats | {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+
+
+def _read_names(graph: onnx.GraphProto) -> list[str]:
+    """Every name the nodes of ``graph`` and of its subgraphs read, with repeats."""
+    names = [o.name for o in graph.output]
+    for node in graph.node:
+        names.extend(node.input)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                names.extend(_read_names(attribute.g))
+    return names
+
+
+def _relu_signs_to_relu_grad(
+    graph: onnx.GraphProto, inferred: onnx.GraphProto, float_relus: set[str]
+) -> int:
+    """:func:`with_training_kernels` on ``graph`` (``inferred``: its inferred twin, node for
+    node; ``float_relus``: the float Relu outputs of the enclosing graphs)."""
+    floats = _float_values(inferred)
+    float_relus = float_relus | {
+        n.output[0] for n in graph.node if n.op_type == "Relu" and n.output[0] in floats
+    }
+    replaced = 0
+    for node, twin in zip(graph.node, inferred.node):
+        for attribute, twin_attribute in zip(node.attribute, twin.attribute):
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                replaced += _relu_signs_to_relu_grad(attribute.g, twin_attribute.g, float_relus)
+    reads = Counter(_read_names(graph))
+    signs = {
+        n.output[0]: n
+        for n in graph.node
+        if n.op_type == "Sign" and n.input[0] in float_relus and reads[n.output[0]] == 1
+    }
+    dropped = []
+    for node in graph.node:
+        if node.op_type != "Mul" or node.domain not in ("", "ai.onnx"):
+            continue
+        side = next((k for k, name in enumerate(node.input) if name in signs), None)
+        if side is None:
+            continue
+        sign = signs[node.input[side]]
+        node.op_type, node.domain = "ReluGrad", TRAINING_DOMAIN
+        node.input[:] = [node.input[1 - side], sign.input[0]]
+        dropped.append(sign)
+        replaced += 1
+    for sign in dropped:
+        graph.node.remove(sign)
     return replaced

@@ -57,6 +57,14 @@ def runtime_problem() -> str | None:
     return None
 
 
+@cache
+def has_training_kernels() -> bool:
+    """Whether the CPU provider of the installed build has onnxruntime-training's gradient
+    kernels (``ReluGrad`` and the like, domain ``com.microsoft``): the training build does,
+    a plain onnxruntime does not."""
+    return runtime_problem() is None
+
+
 def check_training_build() -> None:
     """Raise a one-line error unless the training build of onnxruntime is installed."""
     problem = runtime_problem()

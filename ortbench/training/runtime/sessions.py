@@ -9,9 +9,13 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import onnx
 import onnxruntime
 
+from ..gradients.kernel_forms import with_training_kernels
+from ..graphs.loading import fit_runtime
 from . import capi
+from .build import has_training_kernels
 from .devices import ort_device, providers
 
 _profile_folder: str | None = None
@@ -109,6 +113,24 @@ class SessionMaker:
         """A C-level session over the serialized ``model``, labelled ``label`` (see
         :meth:`options` for ``one_thread``)."""
         return capi.make_session(model, self.options(label, one_thread), self.providers)
+
+    def graph_session(
+        self, model: onnx.ModelProto, label: str, one_thread: bool = False
+    ) -> capi.InferenceSession:
+        """A session over one of the engine's graphs (see :meth:`session`).
+
+        ``model`` is lowered to what the runtime reads (:func:`fit_runtime`, in place). On
+        the CPU of the training build, the session runs a copy with that build's kernels
+        where they beat the portable forms
+        (:func:`~ortbench.training.gradients.kernel_forms.with_training_kernels`).
+        """
+        model = fit_runtime(model)
+        if self.device == "cpu" and has_training_kernels():
+            faster = onnx.ModelProto()
+            faster.CopyFrom(model)
+            if with_training_kernels(faster):
+                model = faster
+        return self.session(model.SerializeToString(), label, one_thread)
 
     def update_session(self, model: bytes) -> capi.InferenceSession:
         """The session of the stacked momentum update (``model`` serialized), labelled

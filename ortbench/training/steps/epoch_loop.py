@@ -32,7 +32,6 @@ from onnx import helper
 
 from ..errors import OrtBenchError
 from ..graphs.builder import GraphBuilder
-from ..graphs.loading import fit_runtime
 from ..graphs.loss_graph import LossHead
 from ..graphs.nodes import drop_unread
 from ..learning_rates import BaseLearningRate
@@ -210,9 +209,7 @@ class EpochLoopSteps(OneGraphSteps):
                 self._head,
             )
             self.graphs = {"epoch_loop": model}
-            self._session = self._sessions.session(
-                fit_runtime(model).SerializeToString(), "epoch_loop"
-            )
+            self._session = self._sessions.graph_session(model, "epoch_loop")
         self._losses.bind(loader)
         epoch = loader.staged_epoch()
         self._runs = tuple(self._bind(epoch, p) for p in (0, 1))

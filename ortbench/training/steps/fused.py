@@ -19,7 +19,6 @@ from onnx import TensorProto, helper
 from ..errors import OrtBenchError
 from ..gradients.portable import vjp_graph
 from ..graphs.builder import GraphBuilder
-from ..graphs.loading import fit_runtime
 from ..graphs.loss_graph import LossHead
 from ..graphs.nodes import drop_unread
 from ..graphs.outputs import static_width
@@ -262,7 +261,7 @@ class FusedSteps(OneGraphSteps):
         if after_epoch:
             model = predicting(model, loss_name, head)
         label = "train_step" if self._stacked else "fused_step"
-        self._session = sessions.session(fit_runtime(model).SerializeToString(), label)
+        self._session = sessions.graph_session(model, label)
         self.graphs = {**graphs, **self._losses.graphs}
 
     def start_fit(self, loader: BatchLoader) -> None:

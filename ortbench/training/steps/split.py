@@ -15,7 +15,6 @@ from typing import NamedTuple
 import onnx
 
 from ..gradients.portable import split_forward_backward
-from ..graphs.loading import fit_runtime
 from ..graphs.weights import weights_as_inputs
 from ..runtime import capi
 from ..runtime.sessions import SessionMaker
@@ -52,7 +51,7 @@ class SplitSteps(LossUpdateSteps):
         )
         graphs = {"forward": forward, "backward": backward}
         self._forward, self._backward = (
-            sessions.session(fit_runtime(m).SerializeToString(), name) for name, m in graphs.items()
+            sessions.graph_session(m, name) for name, m in graphs.items()
         )
         self._stash_names = [n for n in stash if n != self._output_name]
         self._backward_inputs = {i.name for i in backward.graph.input}

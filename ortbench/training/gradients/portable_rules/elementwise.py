@@ -6,7 +6,7 @@ import math
 
 from ...errors import OrtBenchError
 from ...graphs.nodes import node_attributes
-from ..kernel_forms import is_large, masked_gradient
+from ..kernel_forms import is_large, masked_gradient, relu_side_gradient
 from .registry import rule
 
 
@@ -79,8 +79,7 @@ def _relu(ctx, node, g):
     out = node.output[0]
     if is_large(ctx.shapes.get(out)):
         return [masked_gradient(ctx.b, out, g[0])]
-    positive = ctx.b.op("Greater", out, ctx.b.const(0.0))
-    return [ctx.where_else_zero(positive, g[0])]
+    return [relu_side_gradient(ctx.b, out, g[0])]
 
 
 @rule("LeakyRelu")
