@@ -7,6 +7,9 @@ test_trainers.py (the automatic thread count).
 
 from __future__ import annotations
 
+import gc
+import json
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -38,7 +41,7 @@ from ortbench.training.graphs.loss_graph import LossHead
 from ortbench.training.graphs.outputs import select_outputs
 from ortbench.training.losses import BaseLearningLoss
 from ortbench.training.runtime.build import runtime_problem
-from ortbench.training.runtime.sessions import session_options
+from ortbench.training.runtime.sessions import profiled_sessions, session_options
 from ortbench.training.steps.batches import BatchLoader
 from ortbench.training.steps.fused import step_graph
 
@@ -300,6 +303,12 @@ def test_training_kernels_replace_only_the_sign_of_a_float_relu():
         assert model.SerializeToString() == before
 
 
+def copied(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
 @pytest.mark.training_build
 def test_training_kernels_reach_the_epoch_loop_body(regression):
     """The epoch loop's two small Relus (MLP 6-4) take ``ReluGrad`` inside the ``Scan``
@@ -307,14 +316,58 @@ def test_training_kernels_reach_the_epoch_loop_body(regression):
     X, y = regression
     onx = to_onnx(fitted_mlp(X, y), X[:1])
     model = FullTrainer(onx, epoch_loop=True, backend="portable", batch_size=4, max_iter=1)
-    loop = onnx.ModelProto()
-    loop.CopyFrom(model.fit(X, y)._steps.graphs["epoch_loop"])
+    loop = copied(model.fit(X, y)._steps.graphs["epoch_loop"])
     assert with_training_kernels(loop) == 2
     (scan,) = [n for n in loop.graph.node if n.op_type == "Scan"]
     body = [n.op_type for n in scan.attribute[0].g.node]
     assert body.count("ReluGrad") == 2 and "Sign" not in body
     assert "com.microsoft" in [o.domain for o in loop.opset_import]
     onnx.checker.check_model(loop)
+
+
+@pytest.mark.training_build
+def test_training_kernels_reach_a_backward_graph_through_the_stashed_relus(regression):
+    """The portable backward graph reads the Relus' outputs from the forward graph: named as
+    Relu outputs, its two ``Sign`` take ``ReluGrad``; unnamed, none does."""
+    X, y = regression
+    onx = to_onnx(fitted_mlp(X, y), X[:1])
+    model = ForwardBackwardTrainer(onx, backend="portable", batch_size=4, max_iter=1)
+    graphs = model.fit(X, y)._steps.graphs
+    relus = [n.output[0] for n in graphs["forward"].graph.node if n.op_type == "Relu"]
+    assert with_training_kernels(copied(graphs["backward"])) == 0
+    backward = copied(graphs["backward"])
+    assert with_training_kernels(backward, relus) == 2
+    ops = [n.op_type for n in backward.graph.node]
+    assert ops.count("ReluGrad") == 2 and "Sign" not in ops
+
+
+@pytest.mark.training_build
+@pytest.mark.parametrize(
+    ("trainer", "settings", "label"),
+    [
+        (FullTrainer, dict(epoch_loop=True), "epoch_loop"),
+        (FullTrainer, {}, "fused_step"),
+        (ForwardBackwardTrainer, {}, "backward"),
+    ],
+    ids=["epoch-loop", "fused-step", "backward"],
+)
+def test_the_cpu_sessions_run_relu_grad(trainer, settings, label, regression, tmp_path):
+    """What the sessions ran, from onnxruntime's own profile: ``ReluGrad`` in the step's
+    session, no ``Sign`` in any session of a portable fit on the CPU."""
+    X, y = regression
+    onx = to_onnx(fitted_mlp(X, y), X[:1])
+    with profiled_sessions(tmp_path):
+        model = trainer(onx, backend="portable", batch_size=4, max_iter=1, **settings)
+        model.fit(X, y)
+        del model
+        gc.collect()  # a session writes its profile when it is destroyed
+    ran = {}
+    for path in tmp_path.glob("*.json"):
+        events = json.loads(path.read_text())
+        ran[path.name] = {e["args"]["op_name"] for e in events if "op_name" in e.get("args", {})}
+    (step,) = [ops for name, ops in ran.items() if name.startswith(f"{trainer.__name__}_{label}_")]
+    assert "ReluGrad" in step
+    assert not any("Sign" in ops for ops in ran.values())
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ MLP's tensors.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 import onnx
@@ -205,7 +206,7 @@ def rewrite_gradient_kernels(model: onnx.ModelProto) -> int:
 TRAINING_DOMAIN = "com.microsoft"
 
 
-def with_training_kernels(model: onnx.ModelProto) -> int:
+def with_training_kernels(model: onnx.ModelProto, relu_outputs: Iterable[str] = ()) -> int:
     """Replace each ``Mul(dY, Sign(Y))`` of :func:`relu_side_gradient`, where ``Y`` is the
     float output of a ``Relu``, by onnxruntime-training's ``ReluGrad(dY, Y)``, in place, in
     every graph of ``model`` (``Scan`` and ``Loop`` bodies included).
@@ -218,6 +219,9 @@ def with_training_kernels(model: onnx.ModelProto) -> int:
     ----------
     model : onnx.ModelProto
         A model whose element types onnx can infer.
+    relu_outputs : iterable of str, optional
+        Inputs of ``model`` that are Relu outputs of another graph (the stashed
+        activations a backward graph reads from its forward graph).
 
     Returns
     -------
@@ -228,7 +232,9 @@ def with_training_kernels(model: onnx.ModelProto) -> int:
         inferred = onnx.shape_inference.infer_shapes(model)
     except onnx.shape_inference.InferenceError:
         return 0  # an optimisation only: a graph onnx cannot infer runs as it is
-    replaced = _relu_signs_to_relu_grad(model.graph, inferred.graph, set())
+    inputs = {i.name for i in model.graph.input}
+    float_relus = set(relu_outputs) & inputs & _float_values(inferred.graph)
+    replaced = _relu_signs_to_relu_grad(model.graph, inferred.graph, float_relus)
     if replaced and not any(o.domain == TRAINING_DOMAIN for o in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(TRAINING_DOMAIN, 1))
     return replaced

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import onnx
@@ -115,22 +115,23 @@ class SessionMaker:
         return capi.make_session(model, self.options(label, one_thread), self.providers)
 
     def graph_session(
-        self, model: onnx.ModelProto, label: str, one_thread: bool = False
+        self, model: onnx.ModelProto, label: str, relu_outputs: Iterable[str] = ()
     ) -> capi.InferenceSession:
         """A session over one of the engine's graphs (see :meth:`session`).
 
         ``model`` is lowered to what the runtime reads (:func:`fit_runtime`, in place). On
         the CPU of the training build, the session runs a copy with that build's kernels
         where they beat the portable forms
-        (:func:`~ortbench.training.gradients.kernel_forms.with_training_kernels`).
+        (:func:`~ortbench.training.gradients.kernel_forms.with_training_kernels`, which
+        ``relu_outputs`` is handed to).
         """
         model = fit_runtime(model)
         if self.device == "cpu" and has_training_kernels():
             faster = onnx.ModelProto()
             faster.CopyFrom(model)
-            if with_training_kernels(faster):
+            if with_training_kernels(faster, relu_outputs):
                 model = faster
-        return self.session(model.SerializeToString(), label, one_thread)
+        return self.session(model.SerializeToString(), label)
 
     def update_session(self, model: bytes) -> capi.InferenceSession:
         """The session of the stacked momentum update (``model`` serialized), labelled

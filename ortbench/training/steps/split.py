@@ -50,9 +50,9 @@ class SplitSteps(LossUpdateSteps):
             weights_as_inputs(static, weights), weights
         )
         graphs = {"forward": forward, "backward": backward}
-        self._forward, self._backward = (
-            sessions.graph_session(m, name) for name, m in graphs.items()
-        )
+        relus = [n.output[0] for n in forward.graph.node if n.op_type == "Relu"]
+        self._forward = sessions.graph_session(forward, "forward")
+        self._backward = sessions.graph_session(backward, "backward", relu_outputs=relus)
         self._stash_names = [n for n in stash if n != self._output_name]
         self._backward_inputs = {i.name for i in backward.graph.input}
         self._stash_buffers: dict[str, capi.OrtValue] | None = None
