@@ -3,8 +3,8 @@ gradient graph: the portable rules write them, :func:`rewrite_gradient_kernels` 
 into onnxruntime-training's graphs.
 
 - **Relu's gradient as a mask product.** onnxruntime's CPU ``ReluGrad`` (the training
-  build's gradient graphs) and ``Where`` (what the portable rule of Relu uses on small
-  tensors) run far below memory speed on large tensors. The mask product is made of
+  build's gradient graphs), ``Where`` and ``Mul`` by a ``Sign`` (the portable rule's small
+  form) run far below memory speed on large tensors. The mask product is made of
   vectorised kernels: ``Mul`` by :data:`MASK_SCALE`, ``Clip`` to [0, 1] (1 wherever the
   Relu is positive, 0 elsewhere) and ``Mul`` by the gradient, about half the time of
   ``Greater``, ``Cast`` and ``Mul``, whose ``Cast`` from booleans is not vectorised. It
@@ -16,18 +16,17 @@ into onnxruntime-training's graphs.
   ``Gemm`` by a row of ones for one of shape (1, n). onnxruntime folds a ``Sum`` that reads
   a ``Gemm``'s output into the ``Gemm``: the portable rules write the ``Gemm`` at every
   size, so that the fused step's update of such a bias is no node of its own.
-
-- **Relu's gradient as ``ReluGrad``, where the build has it.** On the CPU of the training
-  build, :func:`with_training_kernels` turns the portable rule's small form into one
-  ``ReluGrad`` node when a session is made: the portable graphs stay standard ONNX.
+- **A small Relu's gradient as ``ReluGrad``, where the build has it.** Below
+  :data:`MASK_FROM` the portable rule of Relu writes :func:`relu_side_gradient`,
+  ``Mul(dY, Sign(Y))``: standard operators that read no broadcast constant, far fewer
+  instructions than ``Where(Greater(Y, 0), dY, 0)``. On the CPU of the training build,
+  :func:`with_training_kernels` turns each such pair into one ``ReluGrad`` node when a
+  session is made; the graphs the trainers keep stay standard ONNX.
 
 On small tensors a kernel's set-up outweighs its arithmetic, and the forms with fewer
-nodes win (two nodes for the Relu, one ``ReluGrad``, a ``ReduceSum``): each fast form
-but the ``Gemm`` is used from a size on (:data:`MASK_FROM`, :data:`COLUMN_SUM_FROM`;
-figures in ``benchmarks/README.md``). Below that size the portable rule of Relu writes
-:func:`relu_side_gradient`, ``Mul(dY, Sign(Y))``: two kernels that read no broadcast
-constant, about half the instructions of ``Where(Greater(Y, 0), dY, 0)`` on the tutorial
-MLP's tensors.
+nodes win (one ``ReluGrad`` or the ``Sign`` pair, a ``ReduceSum``): each fast form but
+the ``Gemm`` is used from a size on (:data:`MASK_FROM`, :data:`COLUMN_SUM_FROM`; figures
+in ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
