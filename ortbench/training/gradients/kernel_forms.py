@@ -90,8 +90,8 @@ def masked_gradient(b: GraphBuilder, relu_side: str, grad: str, name: str | None
 def relu_side_gradient(b: GraphBuilder, relu_output: str, grad: str) -> str:
     """Append ``grad * Sign(relu_output)`` to ``b``; return its name.
 
-    A Relu's output is 0 or positive, so its sign is the Relu's derivative (0 at 0, as
-    Relu's gradient is taken everywhere in this engine).
+    A Relu's output is 0 or positive, so its sign is the Relu's derivative, taken as 0 at
+    0 as the engine's other forms of it do.
 
     Parameters
     ----------
@@ -227,6 +227,8 @@ def with_training_kernels(model: onnx.ModelProto, relu_outputs: Iterable[str] = 
     int
         How many pairs were replaced (none when onnx cannot infer the model).
     """
+    if "Sign" not in _op_types(model.graph):
+        return 0  # no shape inference for the models without the pair
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except onnx.shape_inference.InferenceError:
@@ -243,6 +245,17 @@ def _float_values(graph: onnx.GraphProto) -> set[str]:
     values = [*graph.input, *graph.output, *graph.value_info]
     floats = {v.name for v in values if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
     return floats | {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+
+
+def _op_types(graph: onnx.GraphProto) -> set[str]:
+    """The operator types of ``graph`` and of its subgraphs."""
+    types = set()
+    for node in graph.node:
+        types.add(node.op_type)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                types |= _op_types(attribute.g)
+    return types
 
 
 def _read_names(graph: onnx.GraphProto) -> list[str]:
