@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 
 from ..graphs.builder import GraphBuilder
-from ..graphs.nodes import node_attributes
+from ..graphs.nodes import node_attributes, subgraph_reads
 from ..graphs.shapes import inferred_shapes
 
 #: Elements of the Relu's output from which the mask product replaces the smaller forms.
@@ -258,17 +258,6 @@ def _op_types(graph: onnx.GraphProto) -> set[str]:
     return types
 
 
-def _read_names(graph: onnx.GraphProto) -> list[str]:
-    """Every name the nodes of ``graph`` and of its subgraphs read, with repeats."""
-    names = [o.name for o in graph.output]
-    for node in graph.node:
-        names.extend(node.input)
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                names.extend(_read_names(attribute.g))
-    return names
-
-
 def _relu_signs_to_relu_grad(
     graph: onnx.GraphProto, inferred: onnx.GraphProto, float_relus: set[str]
 ) -> int:
@@ -283,7 +272,10 @@ def _relu_signs_to_relu_grad(
         for attribute, twin_attribute in zip(node.attribute, twin.attribute):
             if attribute.type == onnx.AttributeProto.GRAPH:
                 replaced += _relu_signs_to_relu_grad(attribute.g, twin_attribute.g, float_relus)
-    reads = Counter(_read_names(graph))
+    # a node's subgraphs count once for what they read: any such read keeps the Sign
+    reads = Counter(o.name for o in graph.output)
+    for node in graph.node:
+        reads.update([*node.input, *subgraph_reads(node)])
     signs = {
         n.output[0]: n
         for n in graph.node
