@@ -202,7 +202,7 @@ def test_the_stacked_update_takes_the_pool_where_its_rows_outgrow_one_cache(
 def test_only_large_gradient_kernels_take_the_fast_forms(trainer, graph_name, regression):
     """Hidden layers of 300 and 4 at batch 16: the Relu of 4,800 values takes the mask
     product and its bias's 16 x 300 gradient the product by ones; the Relu and bias of 64
-    values keep onnxruntime's ReluGrad and ReduceSum (MASK_FROM and COLUMN_SUM_FROM are
+    values keep onnxruntime's ReluGrad and ReduceSum (MASK_FROM is 2,048, COLUMN_SUM_FROM
     4,096)."""
     X, y = regression
     onx = to_onnx(fitted_mlp(X, y, hidden=(300, 4)), X[:1])

@@ -43,7 +43,7 @@ from ..graphs.nodes import node_attributes, subgraph_reads
 from ..graphs.shapes import inferred_shapes
 
 #: Elements of the Relu's output from which the mask product replaces the smaller forms.
-MASK_FROM = 4096
+MASK_FROM = 2048
 
 #: Elements of a matrix from which the sum of its rows is a product by ones.
 COLUMN_SUM_FROM = 4096
