@@ -58,6 +58,7 @@ CASES = [
     ("Gemm", [(3, 4), (4, 2), (1, 2)], {"alpha": 0.5, "beta": 2.0}, None),
     ("Gemm", [(4, 3), (2, 4), (2,)], {"transA": 1, "transB": 1}, None),
     ("Relu", [(3, 4)], None, None),
+    ("Relu", [(64, 32)], None, None),  # from MASK_FROM values on: the mask product
     ("LeakyRelu", [(3, 4)], {"alpha": 0.1}, None),
     ("Sigmoid", [(3, 4)], None, None),
     ("Tanh", [(3, 4)], None, None),
