@@ -265,7 +265,8 @@ def test_timed_fits_of_a_group_are_interleaved(tmp_path, monkeypatch):
     sizing = order[: -4 * config.repeat]
     for name, length in long:
         mine = [e for n, e in sizing if n == name]
-        assert mine[0] == 1 and mine[-1] == length
+        # sizing may end on a short fit timed again (a stall in the first one)
+        assert mine[0] == 1 and [e for e in mine if e != 1][-1] == length
 
 
 class Allocator(Contender):
