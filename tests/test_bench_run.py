@@ -189,6 +189,10 @@ def test_cli_bench_prints_the_summary(tmp_path, capsys):
     assert {p.name for p in folder.iterdir()} >= {"results.csv", "summary.md", *plots}
 
 
+#: One cheap cell, should a refused run start anyway.
+TINY_CELL = ["--contenders", "sklearn-mlp-sgd", "--batch-sizes", "16", "--epochs", "1"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -201,15 +205,27 @@ def test_cli_bench_prints_the_summary(tmp_path, capsys):
         (["bench", "--quick", "3", "4"], "unrecognized arguments: 3 4"),
         (["bench", "--output", "x"], "unrecognized arguments: --output x"),
         (["bench", "--dataset", "mnist"], "unknown datasets ['mnist']"),
+        # checked before the run folder is made: a refused run leaves nothing behind
+        (["bench", *TINY_CELL, "--n-samples", "5"], "n_samples must be >= 10, got 5"),
+        (
+            ["bench", *TINY_CELL, "--dataset", "diabetes", "--n-features", "3"],
+            "n_features applies to generated data sets",
+        ),
+        (
+            ["bench", *TINY_CELL, "--problem", "cnn", "--hidden", "5"],
+            "--hidden sizes the MLP problems, and none of cnn is one",
+        ),
         (["compare", "no/such/base.json", "no/such/head.json"], "does not exist"),
         (["compare", "a", "b", "--threshold", "-1"], "--threshold must be > 0"),
     ],
 )
-def test_bad_input_is_one_line(argv, message, capsys):
+def test_bad_input_is_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("ortbench: error: ") and message in err
+    assert not any(tmp_path.iterdir())
 
 
 def test_bench_and_ab_list_their_own_epochs_and_repeat(capsys):

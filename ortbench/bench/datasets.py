@@ -127,6 +127,35 @@ def split_rows(
     return Split(X_train, y_train, X_val, y_val, *weights)
 
 
+def check_data_options(name: str, n_samples: int | None, n_features: int | None) -> None:
+    """Raise a one-line error unless data set ``name`` can be loaded with these options.
+
+    Parameters
+    ----------
+    name : str
+        A data set name.
+    n_samples, n_features : int or None
+        The options of :func:`load_split`.
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown data set, fewer than 10 rows, or ``n_features`` below 1 or on a
+        shipped data set.
+    """
+    if name not in _LOADERS:
+        raise OrtBenchError(f"unknown dataset {name!r}: expected one of {list(DATASETS)}")
+    if n_samples is not None and n_samples < 10:
+        raise OrtBenchError(f"n_samples must be >= 10, got {n_samples}")
+    if n_features is not None and name not in GENERATED:
+        raise OrtBenchError(
+            f"n_features applies to generated data sets ({', '.join(sorted(GENERATED))}), "
+            f"not {name!r}"
+        )
+    if n_features is not None and n_features < 1:
+        raise OrtBenchError(f"n_features must be >= 1, got {n_features}")
+
+
 def load_split(
     name: str,
     task: str,
@@ -161,19 +190,9 @@ def load_split(
         For an unknown data set or task, fewer than 10 rows, or ``n_features`` on a
         shipped data set.
     """
-    if name not in _LOADERS:
-        raise OrtBenchError(f"unknown dataset {name!r}: expected one of {list(DATASETS)}")
     if task not in TASKS:
         raise OrtBenchError(f"unknown task {task!r}: expected one of {list(TASKS)}")
-    if n_samples is not None and n_samples < 10:
-        raise OrtBenchError(f"n_samples must be >= 10, got {n_samples}")
-    if n_features is not None and name not in GENERATED:
-        raise OrtBenchError(
-            f"n_features applies to generated data sets ({', '.join(sorted(GENERATED))}), "
-            f"not {name!r}"
-        )
-    if n_features is not None and n_features < 1:
-        raise OrtBenchError(f"n_features must be >= 1, got {n_features}")
+    check_data_options(name, n_samples, n_features)
     X, target = _LOADERS[name](n_samples, n_features, seed)
     if n_samples is not None and n_samples < len(X):
         rows = np.random.RandomState(seed).permutation(len(X))[:n_samples]

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..training import NoGradientError, OrtBenchError
 from .contenders import CONTENDERS, Contender, Unavailable, make_contender
+from .datasets import DATASETS, check_data_options
 from .interruption import interruptible
 from .machine import available_devices, kernels, machine, versions
 from .memory import peak_memory
@@ -68,6 +69,8 @@ class BenchConfig:
             if unknown:
                 raise OrtBenchError(f"unknown {axis} {unknown}: expected some of {list(known)}")
         check_problems(self.problems, self.datasets)
+        for dataset in set(self.datasets) & set(DATASETS):  # not a user's own data
+            check_data_options(dataset, self.n_samples, self.n_features)
         if self.baseline is not None and self.baseline not in self.contenders:
             raise OrtBenchError(
                 f"baseline {self.baseline!r} is not among the contenders run {list(self.contenders)}"

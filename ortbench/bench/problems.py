@@ -178,6 +178,18 @@ def problem_name(base: str, hidden: tuple[int, ...] | None) -> str:
     return "-".join([base, *map(str, hidden)])
 
 
+def has_hidden_layers(name: str) -> bool:
+    """Whether built-in problem ``name`` (sized or not) is an MLP, whose hidden layers
+    ``--hidden`` sets (the linear and network problems have fixed layers).
+
+    Raises
+    ------
+    OrtBenchError
+        For an unknown problem.
+    """
+    return bool(_MODELS[parse_problem_name(name)[0]][0])
+
+
 def sized_problems(
     problems: tuple[str, ...], hidden: tuple[tuple[int, ...], ...]
 ) -> tuple[str, ...]:

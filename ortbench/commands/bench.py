@@ -13,7 +13,13 @@ from ..bench.calibration import write_calibration
 from ..bench.contenders import CONTENDERS
 from ..bench.datasets import DATASETS
 from ..bench.matrix import DEVICES, QUICK, UNSTABLE, BenchConfig, Cell, run_id_now, run_matrix
-from ..bench.problems import PROBLEMS, default_datasets, parse_hidden, sized_problems
+from ..bench.problems import (
+    PROBLEMS,
+    default_datasets,
+    has_hidden_layers,
+    parse_hidden,
+    sized_problems,
+)
 from ..bench.shard import Shard, parse_shard, shard_cells, write_shard
 from ..bench.store import RESULTS_CSV, ResultsWriter, create_run_folder, read_records
 from ..bench.user_model import USER_LOSSES, UserFiles, load_user_problem
@@ -89,6 +95,11 @@ def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
         return {"problems": (problem.name,), "datasets": (problem.dataset,)}
     if args.hidden:
         hidden = parse_hidden(args.hidden)
+        if not any(has_hidden_layers(p) for p in problems):
+            raise OrtBenchError(
+                f"--hidden sizes the MLP problems, and none of {', '.join(problems)} is one: "
+                "add --problem mlp"
+            )
         return {"problems": sized_problems(problems, hidden)}
     return {}
 
