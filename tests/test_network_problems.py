@@ -101,6 +101,29 @@ def test_the_shifted_digits_are_the_images_moved_one_pixel():
     assert moves == {(-1, 0), (1, 0), (0, -1), (0, 1)}
 
 
+def test_profile_runs_the_network_problems_on_the_digits(tmp_path, monkeypatch, capsys):
+    """Without --dataset, profile reads the data set bench would: the digit images for a
+    network problem. The profile itself is stopped once its request is made."""
+    from ortbench.commands import profile as command
+
+    requests = []
+
+    def stopped(request, folder, **options):
+        requests.append(request)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "profile", stopped)
+    for problem in ("cnn", "mlp"):
+        argv = ["profile", "ort-portable-full", "--problem", problem, "--out", str(tmp_path)]
+        assert main(argv) == 130
+    assert [r.dataset for r in requests] == ["digits_shifted", "make_regression"]
+    capsys.readouterr()
+    assert main(["profile", "ort-portable-full", "--problem", "cnn", "--hidden", "8"]) == 2
+    assert capsys.readouterr().err == (
+        "ortbench: error: --hidden sizes the MLP problems, and cnn is not one\n"
+    )
+
+
 def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
     argv = ["bench", "--problem", "cnn", "transformer", "--batch-sizes", "16", "--epochs", "1"]
     contenders = ["sklearn-mlp-sgd", "ort-fwbw", "ort-portable-full", "torch-sgd", "jax-sgd"]

@@ -9,8 +9,16 @@ from ..bench.checkouts import DEFAULT_CACHE
 from ..bench.contenders import CONTENDERS, Unavailable, make_contender
 from ..bench.datasets import DATASETS
 from ..bench.instructions import client_library
-from ..bench.matrix import DEVICES, run_id_now
-from ..bench.problems import PROBLEMS, batch_data_sizes, make_problem, parse_hidden, problem_name
+from ..bench.matrix import DEVICES, BenchConfig, run_id_now
+from ..bench.problems import (
+    PROBLEMS,
+    batch_data_sizes,
+    default_datasets,
+    has_hidden_layers,
+    make_problem,
+    parse_hidden,
+    problem_name,
+)
 from ..bench.store import create_run_folder, usable_folder
 from ..bench.user_model import UserFiles, load_user_problem
 from ..errors import OrtBenchError
@@ -23,13 +31,16 @@ from .options import count, fraction
 
 def _request(args: argparse.Namespace) -> ProfileRequest:
     """What to profile: the user's model and data, or a problem (sized by ``--hidden``)."""
-    problem, dataset = args.problem, args.dataset
+    problem = args.problem
+    dataset = args.dataset or (default_datasets((problem,)) or BenchConfig.datasets)[0]
     user = UserFiles.from_options(args)
     if user is not None:
         load_user_problem(user)
         problem, dataset = user.names
     elif args.hidden:
         (hidden,) = parse_hidden([args.hidden])
+        if not has_hidden_layers(problem):
+            raise OrtBenchError(f"--hidden sizes the MLP problems, and {problem} is not one")
         problem = problem_name(problem, hidden)
     return ProfileRequest(
         args.contender,
@@ -93,7 +104,11 @@ def add(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("contender", metavar="CONTENDER", help=f"of {', '.join(CONTENDERS)}")
     parser.add_argument("--problem", default="mlp", choices=PROBLEMS)
     parser.add_argument("--hidden", metavar="H1,H2", help="the MLP's hidden layers: 256,128")
-    parser.add_argument("--dataset", default="make_regression", choices=DATASETS)
+    parser.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        help="default: make_regression (digits_shifted for the network problems)",
+    )
     parser.add_argument("--batch-size", type=count, default=15)
     parser.add_argument(
         "--epochs", type=count, help="steady epochs to profile (default: about 2 s of them)"
