@@ -15,6 +15,7 @@ from xml.etree import ElementTree
 import numpy as np
 import pytest
 
+from ortbench.bench.contenders import CONTENDERS, make_contender
 from ortbench.bench.matrix import QUICK
 from ortbench.bench.problems import batch_data_sizes, make_problem
 from ortbench.cli import main
@@ -22,11 +23,12 @@ from ortbench.profiling import ort_profile, pyspy
 from ortbench.profiling.calltree import CallTree, profile_call, short_path
 from ortbench.profiling.driver import MAX_EPOCHS, MIN_EPOCHS, WINDOW_SECONDS, steady_epochs
 from ortbench.profiling.hotspots import hotspots_markdown
-from ortbench.profiling.steps import steps_markdown
+from ortbench.profiling.steps import PHASES, steps_markdown
 from ortbench.report.plots import coinciding
 from ortbench.report.profile_page import calltree_html
 from ortbench.report.units import round_to_noise
-from ortbench.training import ForwardBackwardTrainer, LearningRateSGD
+from ortbench.training import ForwardBackwardTrainer, FullTrainer, LearningRateSGD
+from ortbench.training.runtime import sessions
 from ortbench.training.runtime.sessions import profiled_sessions
 
 
@@ -155,6 +157,34 @@ def test_operator_table_of_a_profiled_trainer(regression, mlp_onnx, tmp_path):
     assert table.share.sum() == pytest.approx(1.0)
 
 
+def test_an_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx, tmp_path):
+    """The Scan's body runs as a graph of its own, one event per iteration inside the
+    epoch's run: onnxruntime's real profile of the loop has one run per epoch."""
+    X, y = regression
+    with profiled_sessions(tmp_path):
+        model = FullTrainer(
+            mlp_onnx, batch_size=20, max_iter=3, backend="portable", epoch_loop=True
+        )
+        model.fit(X, y)
+        del model
+        gc.collect()
+    (trace,) = tmp_path.glob("FullTrainer_epoch_loop*.json")
+    runs = ort_profile.run_times([trace])["FullTrainer_epoch_loop"]
+    assert len(runs) == 3
+    nested = [e for e in ort_profile.load_events(trace) if e.get("name") == ort_profile.RUN_EVENT]
+    per_epoch = len(X) // 20
+    assert len(nested) == 3 * (1 + per_epoch)  # each epoch's run, then each step's body
+    # a window of the last two epochs
+    text = steps_markdown({"FullTrainer_epoch_loop": runs[1:]}, 2 * per_epoch, 1e6, 1.0)
+    assert f", {1 / per_epoch:g} onnxruntime runs per step" in text
+    # the Scan's row holds its own time: no node time is counted twice
+    table = ort_profile.operator_table([trace], {"FullTrainer_epoch_loop": 1})
+    assert table.total_us.sum() <= sum(runs[1:])
+    (scan,) = table[table.op_type == "Scan"].itertuples()
+    assert scan.calls == 2 and scan.total_us > 0
+    assert (table[table.op_type == "Gemm"].calls == 2 * per_epoch).all()
+
+
 PROTOCOL_SCRIPT = """
 import sys
 from ortbench.profiling.driver import MAX_EPOCHS, MIN_EPOCHS, WINDOW_SECONDS, steady_epochs
@@ -272,6 +302,29 @@ def test_steps_split_synthetic_runs_into_phases():
     for phase, us in expected.items():
         assert table[phase][0] == pytest.approx(us, abs=0.05), phase
         assert table[phase][1] == pytest.approx(us / step_us, abs=0.0005), phase
+
+
+@pytest.mark.parametrize("name", [c for c in CONTENDERS if c.startswith("ort-")])
+def test_every_session_of_a_step_has_its_phase(name, monkeypatch):
+    """The sessions an engine contender runs in its steps (their labels, recorded as they
+    are made) each map to a phase of steps.md: a session missing from PHASES would count
+    its runs as time outside onnxruntime."""
+    labels = []
+    real = sessions.session_options
+
+    def recorded(threads=None, label="session", spinning=True):
+        labels.append(label)
+        return real(threads, label, spinning)
+
+    monkeypatch.setattr(sessions, "session_options", recorded)
+    problem = make_problem("mlp", n_samples=200)
+    reason = CONTENDERS[name].unavailable(problem, 16, "cpu")
+    if reason:
+        pytest.skip(reason)
+    contender = make_contender(name, problem, 16, "cpu")
+    contender.fit(1)
+    contender.continue_fit(1)
+    assert labels and set(labels) <= set(PHASES), labels
 
 
 class FakeStats:

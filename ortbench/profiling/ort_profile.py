@@ -3,7 +3,7 @@
 onnxruntime writes one JSON array of Chrome-trace events per session. Node events are
 named ``<node>_kernel_time`` (``args.op_name``, ``args.provider``, ``args.input_type_shape``);
 1.19.2 also writes ``_fence_before``/``_fence_after`` events, ignored here. Each graph run
-is one ``SequentialExecutor::Execute`` event. A window of steps after warm-up is kept by
+is one ``SequentialExecutor::Execute`` event (a subgraph's run nests one more in it). A window of steps after warm-up is kept by
 skipping a session's first runs and every node event that starts before the first kept
 run. The raw files open in Perfetto (ui.perfetto.dev) or chrome://tracing.
 """
@@ -31,8 +31,20 @@ def load_events(path: str | Path) -> list[dict]:
 
 
 def runs(events: list[dict]) -> list[dict]:
-    """The session's graph runs, in order."""
-    return [e for e in events if e.get("cat") == "Session" and e.get("name") == RUN_EVENT]
+    """The session's graph runs, in order of their start.
+
+    A ``Scan`` or ``Loop`` runs its body as a graph of its own, each iteration one more
+    ``SequentialExecutor::Execute`` event inside its session's run: those nested events
+    are part of the run, not runs.
+    """
+    executed = [e for e in events if e.get("cat") == "Session" and e.get("name") == RUN_EVENT]
+    kept, end = [], float("-inf")
+    for event in sorted(executed, key=lambda e: (e["ts"], -e["dur"])):
+        if event["ts"] + event["dur"] <= end:
+            continue  # inside the run before it
+        kept.append(event)
+        end = event["ts"] + event["dur"]
+    return kept
 
 
 def _shapes(args: dict) -> str:
@@ -40,11 +52,33 @@ def _shapes(args: dict) -> str:
     return "; ".join("x".join(str(d) for d in shape) for shape in shapes)
 
 
+def _own_times(nodes: list[dict]) -> list[int]:
+    """Each node event's duration less those of the node events nested in it: a ``Scan``
+    or ``Loop`` node keeps the time its body's nodes do not account for."""
+    own = [e["dur"] for e in nodes]
+    open_events: list[int] = []  # indices of the events that may still hold the next one
+    order = sorted(range(len(nodes)), key=lambda k: (nodes[k]["ts"], -nodes[k]["dur"]))
+    for k in order:
+        start, end = nodes[k]["ts"], nodes[k]["ts"] + nodes[k]["dur"]
+        while open_events and nodes[open_events[-1]]["ts"] + nodes[open_events[-1]]["dur"] < end:
+            open_events.pop()
+        if open_events and nodes[open_events[-1]]["ts"] <= start:
+            own[open_events[-1]] -= nodes[k]["dur"]
+        open_events.append(k)
+    return own
+
+
 def operator_rows(path: str | Path, skip_runs: int = 0) -> pd.DataFrame:
-    """One row per node event of one session file, after its first ``skip_runs`` runs."""
+    """One row per node event of one session file, after its first ``skip_runs`` runs; a
+    control-flow node's row holds its own time (its body's nodes have rows of their own)."""
     events = load_events(path)
     kept = runs(events)[skip_runs:]
     start = kept[0]["ts"] if kept else float("inf")
+    nodes = [
+        e
+        for e in events
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= start
+    ]
     rows = [
         {
             "session": session_label(path),
@@ -52,10 +86,9 @@ def operator_rows(path: str | Path, skip_runs: int = 0) -> pd.DataFrame:
             "node": e["name"][: -len("_kernel_time")],
             "provider": e["args"].get("provider", ""),
             "input_shapes": _shapes(e["args"]),
-            "us": e["dur"],
+            "us": own,
         }
-        for e in events
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= start
+        for e, own in zip(nodes, _own_times(nodes))
     ]
     return pd.DataFrame(
         rows, columns=["session", "op_type", "node", "provider", "input_shapes", "us"]

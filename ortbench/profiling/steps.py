@@ -21,6 +21,7 @@ PHASES = {
     "FullTrainer_fused_step": ("forward, loss, backward and update",),
     "FullTrainer_update": ("update",),
     "FullTrainer_epoch_losses": ("losses, once an epoch",),
+    "FullTrainer_epoch_loop": ("every step of an epoch, in one run",),
 }
 
 
