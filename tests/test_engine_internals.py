@@ -102,6 +102,7 @@ def test_auto_threads_follow_the_work_of_a_step(trainer, backend, pools, mlp_onn
             mlp_onnx, batch_size=batch_size, intra_op_threads=intra_op_threads, backend=backend
         )
         model._check_params()
+        model._batch_rows = batch_size  # what fit sets, the rows of the data permitting
         model._prepare_model()
         assert model._steps_class().large_sessions == pools
         return model._choose_threads()

@@ -197,6 +197,44 @@ def test_warm_start_with_another_batch_size(trainer, regression, mlp_onnx):
     assert len(model.train_losses_) == 2
 
 
+@pytest.mark.parametrize(
+    ("trainer", "options"),
+    [
+        (FullTrainer, {}),
+        (FullTrainer, {"backend": "portable", "epoch_loop": True}),
+        (ForwardBackwardTrainer, {}),
+    ],
+    ids=["full", "full-epoch-loop", "forward-backward"],
+)
+def test_a_batch_larger_than_the_data_is_clipped_as_scikit_learn_does(trainer, options, regression):
+    """A batch_size beyond the training rows is clipped to them with a warning, as
+    scikit-learn's MLP does, and the epochs follow its trajectory."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = regression[0][:12], regression[1][:12]
+    settings = dict(learning_rate_init=0.01, momentum=0.0, alpha=0.0, shuffle=False, batch_size=50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # scikit-learn's own clipping warning
+        reference = fitted_mlp(X, y, **settings)
+        onx = to_onnx(reference, X[:1])
+        reference.set_params(warm_start=True, max_iter=3).fit(X, y)
+    model = trainer(onx, learning_rate=sgd(0.01), batch_size=50, max_iter=3, shuffle=False)
+    model.set_params(**options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state = model.fit(X, y).get_state()
+    messages = [str(w.message) for w in caught if not issubclass(w.category, ConvergenceWarning)]
+    assert messages == [
+        f"{trainer.__name__}: batch_size=50 is larger than the 12 training rows: it is "
+        "clipped to 12, as scikit-learn's MLP does"
+    ]
+    names = ortbench_names(len(reference.coefs_))
+    for name, expected in zip(names, reference.coefs_ + reference.intercepts_):
+        np.testing.assert_allclose(state[name].ravel(), expected.ravel(), rtol=1e-5, atol=1e-6)
+
+
 def test_invscaling_schedule_matches_scikit_learn():
     rate = LearningRateSGD(eta0=0.1, learning_rate="invscaling", power_t=0.5).init_learning_rate()
     assert rate.value == 0.1

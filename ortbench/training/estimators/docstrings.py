@@ -19,7 +19,8 @@ weights_to_train : list of str, optional
     (see :func:`~ortbench.training.trainable_initializers`).""",
     "fit_parameters": """\
 batch_size : int, default=10
-    Rows per step; the last batch of an epoch is padded with rows of weight 0.
+    Rows per step; the last batch of an epoch is padded with rows of weight 0. Clipped,
+    with a warning, to the training rows where there are fewer (as in scikit-learn).
 max_iter : int, default=100
     Epochs per call to :meth:`fit`.
 device : str, default='cpu'

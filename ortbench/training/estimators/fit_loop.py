@@ -23,6 +23,9 @@ from ..steps.batches import BatchLoader
 class FitLoop:
     """The epochs of :meth:`fit`, over the step object the trainer builds."""
 
+    #: Whether fit warns when it clips ``batch_size`` to the training rows.
+    _warns_when_clipping = True
+
     def fit(self, X, y, sample_weight=None, X_val=None, y_val=None, sample_weight_val=None):
         """Train on (X, y) for ``max_iter`` epochs.
 
@@ -58,6 +61,7 @@ class FitLoop:
         zero then, with a warning.
         """
         self._check_params()
+        self._batch_rows = self._clipped_batch_size(X)
         warm = self.warm_start and self._has_trained_state()
         if warm and not _same_model(self.model_onnx, getattr(self, "_fitted_model", None)):
             warnings.warn(
@@ -114,6 +118,24 @@ class FitLoop:
                 self._report(epoch, loss, time.perf_counter() - start)
         self.n_iter_ = len(self.train_losses_)
         return self
+
+    def _clipped_batch_size(self, X) -> int:
+        """The rows of a batch: ``batch_size``, or the rows of ``X`` where it has fewer,
+        with a warning as scikit-learn's MLP gives (checking ``X`` is :meth:`_check_data`'s)."""
+        try:
+            rows = len(X)
+        except TypeError:
+            return self.batch_size
+        if not 1 <= rows < self.batch_size:
+            return self.batch_size
+        if self._warns_when_clipping:
+            warnings.warn(
+                f"{type(self).__name__}: batch_size={self.batch_size} is larger than the "
+                f"{rows} training rows: it is clipped to {rows}, as scikit-learn's MLP does",
+                UserWarning,
+                stacklevel=3,
+            )
+        return rows
 
     def _run_epoch(self, loader: BatchLoader) -> float:
         """Train on every batch of the loader's next epoch; return the epoch loss."""
@@ -208,15 +230,15 @@ class FitLoop:
         same = (
             reuse
             and loader is not None
-            and self._loader_batch_size == self.batch_size
+            and self._loader_batch_size == self._batch_rows
             and loader.shuffle == self.shuffle
             and loader.refill(arrays)
         )
         if not same:
             loader = BatchLoader(
-                arrays, self.batch_size, self.device, self.shuffle, self.random_state
+                arrays, self._batch_rows, self.device, self.shuffle, self.random_state
             )
-            self._loader, self._loader_batch_size = loader, self.batch_size
+            self._loader, self._loader_batch_size = loader, self._batch_rows
             self._steps.start_fit(loader)
         return loader
 

@@ -179,7 +179,7 @@ class FullTrainer(BaseTrainer):
         with_loss = self._static_batch(select_outputs(with_loss, [loss_name]))
         if head is not None:
             # the hand-written gradient's column, the last data input (see batch_feeds)
-            column = [self.batch_size, 1]
+            column = [self._batch_rows, 1]
             with_loss.graph.input.append(
                 helper.make_tensor_value_info(head.grad_scale, TensorProto.FLOAT, column)
             )

@@ -68,7 +68,7 @@ class TrainerParams(BaseEstimator):
         if threads == "auto":
             pools = self._steps_class().large_sessions
             limit = ONE_THREAD_WORK if pools == 1 else TWO_POOLS_ONE_THREAD_WORK
-            return 1 if self.batch_size * self._trained_values() < limit else None
+            return 1 if self._batch_rows * self._trained_values() < limit else None
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
         return threads
@@ -98,9 +98,11 @@ class TrainerParams(BaseEstimator):
     )
 
     def _build_key(self) -> str:
-        """What the graphs were built for: every other hyper-parameter, as text."""
+        """What the graphs were built for: every other hyper-parameter and the rows of a
+        batch, as text."""
         params = self.get_params(deep=True)
-        return repr(sorted((k, repr(v)) for k, v in params.items() if k not in self._RUN_PARAMS))
+        kept = sorted((k, repr(v)) for k, v in params.items() if k not in self._RUN_PARAMS)
+        return repr((kept, self._batch_rows))
 
     def get_state(self) -> dict[str, np.ndarray]:
         """The trained weights.
@@ -164,7 +166,9 @@ class TrainerParams(BaseEstimator):
 
     #: Private attributes a pickle keeps: every other one (sessions, bindings, buffers)
     #: is rebuilt on first use from the hyper-parameters and the fitted attributes.
-    _PICKLED_PRIVATE = frozenset(("_sklearn_version", "_y_1d", "_pickled_state", "_fitted_model"))
+    _PICKLED_PRIVATE = frozenset(
+        ("_sklearn_version", "_y_1d", "_pickled_state", "_fitted_model", "_batch_rows")
+    )
 
     def __getstate__(self) -> dict:
         """The hyper-parameters, the fitted attributes, and a snapshot of the weights and

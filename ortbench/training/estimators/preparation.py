@@ -79,13 +79,13 @@ class ModelPreparation:
         return loss
 
     def _static_batch(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """A copy whose inputs and outputs have ``batch_size`` rows (see data.BatchLoader),
+        """A copy whose inputs and outputs have a batch's rows (see data.BatchLoader),
         without the Reshape nodes that static shapes make no-ops."""
         model = set_initializers(model, {})
         for value in [*model.graph.input, *model.graph.output]:
             dims = value.type.tensor_type.shape.dim
             if value.name not in self.weights_ and len(dims) >= 1 and not dims[0].dim_value:
-                dims[0].dim_value = self.batch_size
+                dims[0].dim_value = self._batch_rows
         return drop_noop_reshapes(model)
 
     def _n_columns(self) -> int | None:

@@ -85,6 +85,9 @@ class _SeedBehaviour:
     backend = None
     epoch_loop = False
 
+    #: The seed's data loader clips a batch to the training rows without a word.
+    _warns_when_clipping = False
+
     #: True when the trained loss is a sum over the batch, as the seed's full class
     #: assumed: steps then use the rate divided by the batch size and the reported
     #: loss is divided by it too, as the seed did.
