@@ -17,7 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 RUN_EVENT = "SequentialExecutor::Execute"
-_STAMP = re.compile(r"_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}$")
+#: The time stamp onnxruntime appends to a profile's prefix: to the second in 1.19.2, with
+#: milliseconds after it in later releases.
+_STAMP = re.compile(r"_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}(_\d+)?$")
 
 
 def session_label(path: str | Path) -> str:
