@@ -28,7 +28,7 @@ from ortbench.training import (
     trainable_initializers,
 )
 from ortbench.training.graphs.loading import load_model
-from ortbench.training.graphs.shapes import drop_noop_reshapes
+from ortbench.training.graphs.shapes import drop_noop_copies
 from ortbench.training.steps.buffers import WeightBuffers
 
 
@@ -61,25 +61,27 @@ def _static_rows(model: onnx.ModelProto, rows: int) -> onnx.ModelProto:
     return model
 
 
-def test_drop_noop_reshapes_keeps_outputs(mlp_onnx, regression):
-    """skl2onnx ends an MLP with Reshape(y, [-1, 1]) on a (n, 1) tensor: once n is static the
-    node goes, the output keeps its name and its values."""
+def test_drop_noop_copies_keeps_outputs(mlp_onnx, regression):
+    """skl2onnx starts an MLP with a Cast of its float input to float and ends it with
+    Reshape(y, [-1, 1]) on a (n, 1) tensor: the Cast goes, and once n is static the Reshape
+    too; the output keeps its name and its values."""
     X, _ = regression
     X = X[:7]
     static = _static_rows(load_model(mlp_onnx), len(X))
-    assert "Reshape" in [n.op_type for n in static.graph.node]
-    dropped = drop_noop_reshapes(static)
-    assert "Reshape" not in [n.op_type for n in dropped.graph.node]
+    assert {"Cast", "Reshape"} <= {n.op_type for n in static.graph.node}
+    dropped = drop_noop_copies(static)
+    assert not {"Cast", "Reshape"} & {n.op_type for n in dropped.graph.node}
     assert [o.name for o in dropped.graph.output] == [o.name for o in static.graph.output]
     onnx.checker.check_model(dropped, full_check=True)
     np.testing.assert_array_equal(run(dropped, {"X": X})[0], run(static, {"X": X})[0])
     # with a dynamic batch the shape is unknown: nothing is dropped
-    assert "Reshape" in [n.op_type for n in drop_noop_reshapes(mlp_onnx).graph.node]
+    assert "Reshape" in [n.op_type for n in drop_noop_copies(mlp_onnx).graph.node]
 
 
-def test_drop_noop_reshapes_keeps_real_reshapes():
-    """A Reshape that changes the shape stays; a no-op one feeding another node goes and
-    that node reads its input; a no-op Reshape from a graph input to a graph output stays."""
+def test_drop_noop_copies_keeps_real_reshapes_and_casts():
+    """A Reshape that changes the shape stays, and a Cast that changes the type; a no-op
+    one feeding another node goes and that node reads its input; a no-op Reshape from a
+    graph input to a graph output stays."""
     f = onnx.TensorProto.FLOAT
     shapes = {"same": [2, 3], "flat": [6], "zero": [0, -1]}
     graph = helper.make_graph(
@@ -87,21 +89,28 @@ def test_drop_noop_reshapes_keeps_real_reshapes():
             helper.make_node("Reshape", ["x", "same"], ["y"]),
             helper.make_node("Relu", ["x"], ["r"]),
             helper.make_node("Reshape", ["r", "zero"], ["r2"]),
-            helper.make_node("Neg", ["r2"], ["n"]),
+            helper.make_node("Cast", ["r2"], ["c"], to=f),
+            helper.make_node("Neg", ["c"], ["n"]),
             helper.make_node("Reshape", ["n", "flat"], ["z"]),
+            helper.make_node("Cast", ["n"], ["d"], to=onnx.TensorProto.DOUBLE),
         ],
         "g",
         [helper.make_tensor_value_info("x", f, [2, 3])],
-        [helper.make_tensor_value_info("y", f, [2, 3]), helper.make_tensor_value_info("z", f, [6])],
+        [
+            helper.make_tensor_value_info("y", f, [2, 3]),
+            helper.make_tensor_value_info("z", f, [6]),
+            helper.make_tensor_value_info("d", onnx.TensorProto.DOUBLE, [2, 3]),
+        ],
         [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in shapes.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    dropped = drop_noop_reshapes(model)
+    dropped = drop_noop_copies(model)
     assert [(n.op_type, list(n.input)) for n in dropped.graph.node] == [
         ("Reshape", ["x", "same"]),
         ("Relu", ["x"]),
         ("Neg", ["r"]),
         ("Reshape", ["n", "flat"]),
+        ("Cast", ["n"]),
     ]
     assert "zero" not in initializers(dropped)
     x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)

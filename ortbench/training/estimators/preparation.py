@@ -12,7 +12,7 @@ from ..errors import OrtBenchError
 from ..graphs.batch_axis import free_batch_axis
 from ..graphs.nodes import rewrite_linear_nodes
 from ..graphs.outputs import classifier_output, select_outputs, training_output
-from ..graphs.shapes import check_shapes, data_input, drop_noop_reshapes
+from ..graphs.shapes import check_shapes, data_input, drop_noop_copies
 from ..graphs.weights import (
     check_weight_names,
     check_weights_reach,
@@ -80,13 +80,13 @@ class ModelPreparation:
 
     def _static_batch(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """A copy whose inputs and outputs have a batch's rows (see data.BatchLoader),
-        without the Reshape nodes that static shapes make no-ops."""
+        without the nodes that copy their input unchanged (no-op Reshapes and Casts)."""
         model = set_initializers(model, {})
         for value in [*model.graph.input, *model.graph.output]:
             dims = value.type.tensor_type.shape.dim
             if value.name not in self.weights_ and len(dims) >= 1 and not dims[0].dim_value:
                 dims[0].dim_value = self._batch_rows
-        return drop_noop_reshapes(model)
+        return drop_noop_copies(model)
 
     def _n_columns(self) -> int | None:
         for value in list(self._train_model.graph.output):

@@ -113,13 +113,15 @@ def _type_name(value: onnx.ValueInfoProto) -> str:
     )
 
 
-def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy without the Reshape nodes that leave their input's static shape unchanged.
+def drop_noop_copies(onx: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy without the nodes that copy their input unchanged: a ``Reshape`` to its
+    input's static shape, a ``Cast`` to its input's element type.
 
-    Converters often end a model with ``Reshape(y, [-1, 1])`` on a (n, 1) tensor. Once the
-    batch dimension is static that node, and its mirror in the gradient graph, only cost
-    time (see ``benchmarks/README.md``). Its output name is kept: when it is a graph output,
-    the tensor it copied takes that name.
+    Converters often end a model with ``Reshape(y, [-1, 1])`` on a (n, 1) tensor, and
+    skl2onnx starts one with a ``Cast`` of its float input to float. Once the batch
+    dimension is static these nodes, and their mirrors in the gradient graph, only cost
+    time (see ``benchmarks/README.md``). Their output name is kept: when it is a graph
+    output, the tensor it copied takes that name.
     """
     model = onnx.ModelProto()
     model.CopyFrom(onx)
@@ -131,24 +133,16 @@ def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
     ):
         return model  # a subgraph may read the tensor by its name: leave the model alone
     try:
-        shapes, _ = inferred_shapes(model)
+        shapes, types = inferred_shapes(model)
     except onnx.shape_inference.InferenceError:
         return model  # an optimisation only: a model onnx cannot infer trains as it is
     constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     sources = {i.name for i in graph.input} | set(constants)
     outputs = {o.name for o in graph.output}
     for node in list(graph.node):
-        if (
-            node.op_type != "Reshape"
-            or len(node.input) < 2
-            or node.input[1] not in constants
-            or any(a.name == "allowzero" and a.i for a in node.attribute)
-        ):
+        if not _copies(node, shapes, types, constants):
             continue
         source, target = node.input[0], node.output[0]
-        shape = shapes.get(source)
-        if shape is None or None in shape or not _same_shape(shape, constants[node.input[1]]):
-            continue
         if target in outputs:
             if source in sources or source in outputs:
                 continue  # the copy is what gives a graph input or output a second name
@@ -162,6 +156,22 @@ def drop_noop_reshapes(onx: onnx.ModelProto) -> onnx.ModelProto:
     del graph.initializer[:]
     graph.initializer.extend(kept)
     return model
+
+
+def _copies(node: onnx.NodeProto, shapes: dict, types: dict, constants: dict) -> bool:
+    """Whether ``node`` outputs its first input unchanged (see :func:`drop_noop_copies`)."""
+    if node.op_type == "Cast":
+        (to,) = [a.i for a in node.attribute if a.name == "to"] or [None]
+        return to is not None and types.get(node.input[0]) == to
+    if (
+        node.op_type != "Reshape"
+        or len(node.input) < 2
+        or node.input[1] not in constants
+        or any(a.name == "allowzero" and a.i for a in node.attribute)
+    ):
+        return False
+    shape = shapes.get(node.input[0])
+    return shape is not None and None not in shape and _same_shape(shape, constants[node.input[1]])
 
 
 def inferred_shapes(model: onnx.ModelProto) -> tuple[dict[str, list], dict[str, int]]:
