@@ -3,9 +3,10 @@
 onnxruntime writes one JSON array of Chrome-trace events per session. Node events are
 named ``<node>_kernel_time`` (``args.op_name``, ``args.provider``, ``args.input_type_shape``);
 1.19.2 also writes ``_fence_before``/``_fence_after`` events, ignored here. Each graph run
-is one ``SequentialExecutor::Execute`` event (a subgraph's run nests one more in it). A window of steps after warm-up is kept by
-skipping a session's first runs and every node event that starts before the first kept
-run. The raw files open in Perfetto (ui.perfetto.dev) or chrome://tracing.
+is one ``SequentialExecutor::Execute`` event (a subgraph's run nests one more in it). A
+window of steps after warm-up is kept by skipping a session's first runs and every node
+event that starts before the first kept run. The raw files open in Perfetto
+(ui.perfetto.dev) or chrome://tracing.
 """
 
 from __future__ import annotations
