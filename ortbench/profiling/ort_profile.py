@@ -59,13 +59,13 @@ def _own_times(nodes: list[dict]) -> list[int]:
     """Each node event's duration less those of the node events nested in it: a ``Scan``
     or ``Loop`` node keeps the time its body's nodes do not account for."""
     own = [e["dur"] for e in nodes]
-    open_events: list[int] = []  # indices of the events that may still hold the next one
+    open_events: list[int] = []  # events started before this one, each inside the one before
     order = sorted(range(len(nodes)), key=lambda k: (nodes[k]["ts"], -nodes[k]["dur"]))
     for k in order:
-        start, end = nodes[k]["ts"], nodes[k]["ts"] + nodes[k]["dur"]
+        end = nodes[k]["ts"] + nodes[k]["dur"]
         while open_events and nodes[open_events[-1]]["ts"] + nodes[open_events[-1]]["dur"] < end:
             open_events.pop()
-        if open_events and nodes[open_events[-1]]["ts"] <= start:
+        if open_events:  # started no later (the order) and ends no earlier: it holds this one
             own[open_events[-1]] -= nodes[k]["dur"]
         open_events.append(k)
     return own

@@ -161,7 +161,7 @@ def drop_noop_copies(onx: onnx.ModelProto) -> onnx.ModelProto:
 def _copies(node: onnx.NodeProto, shapes: dict, types: dict, constants: dict) -> bool:
     """Whether ``node`` outputs its first input unchanged (see :func:`drop_noop_copies`)."""
     if node.op_type == "Cast":
-        (to,) = [a.i for a in node.attribute if a.name == "to"] or [None]
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
         return to is not None and types.get(node.input[0]) == to
     if (
         node.op_type != "Reshape"
