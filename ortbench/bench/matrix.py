@@ -239,8 +239,10 @@ def run_group(
     ``seconds_per_fit_overhead``. Both fits of a contender start after another
     contender's fit, so the cache misses at a fit's start cancel out too. A drift of the
     machine's speed during the group touches every contender alike, which keeps their
-    ratios honest on a noisy machine. A cell whose slopes are no measurement
-    (:func:`~.timing.unstable`) keeps them, with the status "unstable: <reason>".
+    ratios honest on a noisy machine. When a cell's slopes are no measurement
+    (:func:`~.timing.unstable`), the group's rounds are timed again, once; a cell whose
+    second rounds are no measurement either keeps them, with the status
+    "unstable: <reason>".
 
     Raises
     ------
@@ -281,8 +283,7 @@ def _finish(
     """The cell's result from the durations of its rounds' short and long timed fits."""
     if contender is None:
         return CellResult(row)
-    steps = contender.problem.steps_per_epoch(contender.batch_size)
-    slopes = [slope(s, t, SHORT_EPOCHS * steps, long_epochs * steps) for s, t in pairs]
+    slopes = _slopes(contender, pairs, long_epochs)
     times = [p[0] for p in slopes]
     row.update(step_columns(times, [p[1] for p in slopes]))
     reason = unstable(times)
@@ -295,13 +296,28 @@ def _finish(
     return CellResult(row, times, contender.loss_curve_)
 
 
+def _slopes(
+    contender: Contender, pairs: list[tuple[float, float]], long_epochs: int
+) -> list[tuple[float, float]]:
+    """The (seconds per step, seconds per fit) of each round from its (short, long)
+    durations (:func:`~.timing.slope`)."""
+    steps = contender.problem.steps_per_epoch(contender.batch_size)
+    return [slope(s, t, SHORT_EPOCHS * steps, long_epochs * steps) for s, t in pairs]
+
+
 def _timed_fits(
     contenders: list, config: BenchConfig, rows: list[dict], interrupted: Callable[[], bool]
 ) -> list[tuple[list[tuple[float, float]], int]]:
     """The (short, long) durations of each contender's rounds and the epochs of its long
     fits (see :class:`~.timing.TimedFits`); a contender whose fit breaks gets a failed
     status and becomes None in ``contenders``. A row's ``timing`` says after how many of
-    its fits the wait for quiet gave up."""
+    its fits the wait for quiet gave up.
+
+    When the rounds leave a cell of the group without a measurement
+    (:func:`~.timing.unstable`: a stall in one fit is enough), the whole group is timed
+    again, once, and its cells keep the second rounds: every contender's, so that their
+    ratios still come from one interleaved timing. Their ``timing`` says so.
+    """
 
     def fit(k: int, epochs: int) -> tuple[float, bool] | None:
         if contenders[k] is None:
@@ -318,12 +334,25 @@ def _timed_fits(
     fits = TimedFits(fit)
     running = [k for k, contender in enumerate(contenders) if contender is not None]
     long_epochs = {k: fits.long_epochs([k], config.epochs) for k in running}
-    pairs: list[list[tuple[float, float]]] = [[] for _ in contenders]
-    for durations in fits.rounds(long_epochs, [running] * config.repeat):
-        for k, pair in durations.items():
-            pairs[k].append(pair)
+
+    def timed_rounds() -> list[list[tuple[float, float]]]:
+        pairs: list[list[tuple[float, float]]] = [[] for _ in contenders]
+        order = [k for k in running if contenders[k] is not None]
+        for durations in fits.rounds(long_epochs, [order] * config.repeat):
+            for k, pair in durations.items():
+                pairs[k].append(pair)
+        return pairs
+
+    pairs = timed_rounds()
+    again = any(
+        unstable([t for t, _ in _slopes(contenders[k], pairs[k], long_epochs[k])])
+        for k in running
+        if contenders[k] is not None
+    )
+    if again:
+        pairs = timed_rounds()
     for k in running:
-        rows[k]["timing"] = timing_column(long_epochs[k], fits.quiet_gave_up[k])
+        rows[k]["timing"] = timing_column(long_epochs[k], fits.quiet_gave_up[k], again)
     return [(pairs[k], long_epochs.get(k, 0)) for k in range(len(contenders))]
 
 

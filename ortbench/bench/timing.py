@@ -54,6 +54,9 @@ _TIMING_PATTERN = re.compile(r"slope between (\d+)- and (\d+)\+?-epoch fits")
 UNSTABLE = "unstable"
 #: Added to ``timing`` when the wait for quiet before a fit gave up (other threads still ran).
 QUIET_TIMEOUT = "; quiet wait gave up after {count} fits ({limit:g} s each)"
+#: Added to ``timing`` when the group's first rounds left a cell unstable and it was timed
+#: again (``bench``).
+TIMED_AGAIN = "; rounds timed again (a cell of the first ones was unstable)"
 
 
 def long_fit_epochs(time_fits: Callable[[int], dict], epochs: int) -> int:
@@ -167,12 +170,14 @@ def step_columns(seconds_per_step: list[float], seconds_per_fit: list[float]) ->
     }
 
 
-def timing_column(long_epochs: int | str, quiet_gave_up: int = 0) -> str:
-    """The ``timing`` column: the fits' lengths, and after how many fits the wait for
-    quiet gave up (none: nothing added)."""
+def timing_column(long_epochs: int | str, quiet_gave_up: int = 0, again: bool = False) -> str:
+    """The ``timing`` column: the fits' lengths, after how many fits the wait for quiet
+    gave up (none: nothing added), and whether the rounds were timed again."""
     text = TIMING.format(short=SHORT_EPOCHS, long=long_epochs)
     if quiet_gave_up:
         text += QUIET_TIMEOUT.format(count=quiet_gave_up, limit=QUIET_LIMIT)
+    if again:
+        text += TIMED_AGAIN
     return text
 
 
