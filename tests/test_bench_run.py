@@ -199,15 +199,17 @@ TINY_CELL = ["--contenders", "sklearn-mlp-sgd", "--batch-sizes", "16", "--epochs
     [
         (["bench", "--contenders", "nope"], "unknown contenders ['nope']"),
         (["bench", "--batch-sizes", "ten"], "--batch-sizes must be integers"),
-        (["bench", "--batch-sizes", "0"], "batch sizes must be >= 1"),
-        (["bench", "--epochs", "0"], "epochs must be >= 1"),
+        (["bench", "--batch-sizes", "0"], "--batch-sizes must be >= 1, got 0"),
+        (["bench", "--epochs", "0"], "--epochs must be >= 1, got 0"),
+        (["bench", "--repeat", "0"], "--repeat must be >= 1, got 0"),
+        (["bench", "--batch-sizes", "8,-2"], "--batch-sizes must be >= 1, got 8,-2"),
         # --epochs and --repeat are options of bench, not positional arguments (ab adds its
         # own: sharing their parser once turned bench's into positionals)
         (["bench", "--quick", "3", "4"], "unrecognized arguments: 3 4"),
         (["bench", "--output", "x"], "unrecognized arguments: --output x"),
         (["bench", "--dataset", "mnist"], "unknown datasets ['mnist']"),
         # checked before the run folder is made: a refused run leaves nothing behind
-        (["bench", *TINY_CELL, "--n-samples", "5"], "n_samples must be >= 10, got 5"),
+        (["bench", *TINY_CELL, "--n-samples", "5"], "--n-samples must be >= 10, got 5"),
         (
             ["bench", *TINY_CELL, "--dataset", "diabetes", "--n-features", "3"],
             "n_features applies to generated data sets",

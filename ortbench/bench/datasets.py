@@ -24,6 +24,8 @@ VALIDATION_FRACTION = 0.2
 #: The generated data set's size when the caller does not choose one (the tutorial's).
 GENERATED_SAMPLES = 1000
 GENERATED_FEATURES = 100
+#: The fewest rows a data set may be cut to (``n_samples``).
+MIN_SAMPLES = 10
 #: Classes of the multiclass labels made from a continuous target.
 QUANTILE_CLASSES = 5
 TASKS = ("regression", "binary", "multiclass")
@@ -145,8 +147,8 @@ def check_data_options(name: str, n_samples: int | None, n_features: int | None)
     """
     if name not in _LOADERS:
         raise OrtBenchError(f"unknown dataset {name!r}: expected one of {list(DATASETS)}")
-    if n_samples is not None and n_samples < 10:
-        raise OrtBenchError(f"n_samples must be >= 10, got {n_samples}")
+    if n_samples is not None and n_samples < MIN_SAMPLES:
+        raise OrtBenchError(f"n_samples must be >= {MIN_SAMPLES}, got {n_samples}")
     if n_features is not None and name not in GENERATED:
         raise OrtBenchError(
             f"n_features applies to generated data sets ({', '.join(sorted(GENERATED))}), "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..bench.calibration import write_calibration
 from ..bench.contenders import CONTENDERS
-from ..bench.datasets import DATASETS
+from ..bench.datasets import DATASETS, MIN_SAMPLES
 from ..bench.matrix import DEVICES, QUICK, UNSTABLE, BenchConfig, Cell, run_id_now, run_matrix
 from ..bench.problems import (
     PROBLEMS,
@@ -29,7 +29,7 @@ from ..report.html import write_reports
 from ..report.summary import SUMMARY_MD
 from ..report.units import format_seconds
 from . import EXIT_FAILING, EXIT_INTERRUPTED, RUNTIME_COMMANDS
-from .options import count, integers, joined, names
+from .options import at_least, count, counts, joined, names
 
 
 def _progress(start: float):
@@ -217,7 +217,7 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     matrix.add_argument(
         "--dataset", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}"
     )
-    matrix.add_argument("--batch-sizes", type=integers, nargs="+", metavar="N")
+    matrix.add_argument("--batch-sizes", type=counts, nargs="+", metavar="N")
     matrix.add_argument(
         "--devices",
         type=names,
@@ -226,7 +226,9 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help=f"of {', '.join(DEVICES)} (default: those this machine has)",
     )
     matrix.add_argument("--hidden", nargs="+", metavar="H1,H2", help="MLP sizes: 50,10 256,128")
-    matrix.add_argument("--n-samples", type=count, metavar="N", help="rows of each data set")
+    matrix.add_argument(
+        "--n-samples", type=at_least(MIN_SAMPLES), metavar="N", help="rows of each data set"
+    )
     matrix.add_argument("--n-features", type=count, metavar="N", help="features of generated data")
     matrix.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
     add_own_model_options(matrix)
@@ -259,13 +261,13 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--epochs",
-        type=int,
+        type=count,
         help="epochs of the first fit, and how many more the long timed fit runs than the "
         f"short one (default {BenchConfig.epochs})",
     )
     bench.add_argument(
         "--repeat",
-        type=int,
+        type=count,
         help=f"timing rounds per cell, a short and a long fit each (default {BenchConfig.repeat})",
     )
     bench.set_defaults(func=run)

@@ -5,7 +5,7 @@ value in one line (exit status 2), and the options of a verdict (``--threshold``
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 THRESHOLD, WARN = 0.10, 0.05
 
@@ -16,16 +16,19 @@ def names(text: str) -> tuple[str, ...]:
     return tuple(name for name in text.split(",") if name)
 
 
-def integers(text: str) -> tuple[int, ...]:
-    """``8,16`` as ``(8, 16)``, as :func:`names` does for names."""
+def counts(text: str) -> tuple[int, ...]:
+    """``8,16`` as ``(8, 16)``, as :func:`names` does for names; each an integer >= 1."""
     try:
-        return tuple(int(value) for value in names(text))
+        values = tuple(int(value) for value in names(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be integers, got {text}") from None
+    if any(value < 1 for value in values):
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return values
 
 
 def joined(values: Iterable[tuple]) -> tuple:
-    """The values of an option whose type is :func:`names` or :func:`integers`, in one
+    """The values of an option whose type is :func:`names` or :func:`counts`, in one
     tuple."""
     return tuple(value for group in values for value in group)
 
@@ -55,10 +58,19 @@ def non_negative(text: str) -> float:
 
 def count(text: str) -> int:
     """An integer >= 1."""
-    value = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+    return at_least(1)(text)
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """The type of an integer option that must be ``minimum`` or more."""
+
+    def integer(text: str) -> int:
+        value = _number(text, int)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+        return value
+
+    return integer
 
 
 def fraction(text: str) -> float:
