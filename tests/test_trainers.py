@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -405,3 +410,19 @@ def test_adamw_first_step_is_a_signed_gradient_step(regression):
         np.testing.assert_allclose(after[name][clear], expected[clear], rtol=1e-4, atol=2e-6)
     model.set_params(max_iter=20).fit(X, y)
     assert model.train_losses_[-1] < model.train_losses_[0]
+
+
+def test_the_readme_example_trains_quietly():
+    """``python examples/train_mlp.py``, which the README offers: both trainers lower the
+    loss epoch after epoch, and nothing but their two lines is printed."""
+    example = Path(__file__).parents[1] / "examples" / "train_mlp.py"
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert [line.split(" R2 ")[0].strip() for line in lines] == [
+        "full training",
+        "forward/backward",
+    ]
+    for line in lines:
+        losses = [float(v) for v in re.search(r"last losses \[(.*)\]", line)[1].split()]
+        assert len(losses) == 3 and losses[0] > losses[1] > losses[2] > 0, line
