@@ -80,7 +80,9 @@ def test_results_schema(run_folder):
     assert (ok.seconds_per_step_min <= ok.seconds_per_step).all()
     assert (ok.seconds_per_step <= ok.seconds_per_step_max).all()
     # each long fit runs 4 epochs more than the short one, more where 4 last under 50 ms
-    lengths = ok.timing.str.extract(r"^slope between 1- and (\d+)-epoch fits$")[0].astype(int)
+    # (then what a loaded machine made of the rounds: a quiet wait given up, rounds timed again)
+    lengths = ok.timing.str.extract(r"^slope between 1- and (\d+)-epoch fits(?:; .*)?$")[0]
+    lengths = lengths.astype(int)
     assert (lengths >= 5).all()
     assert (others.timing == "slope between 1- and 5+-epoch fits").all()
     problem = make_problem("mlp", "diabetes", n_samples=120)
