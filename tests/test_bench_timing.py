@@ -291,11 +291,19 @@ def test_a_group_left_unstable_by_a_busy_moment_is_timed_again(tmp_path, monkeyp
         # the second rounds' slopes, exact on the simulated clock
         assert rows[contender, 32]["seconds_per_step"] == pytest.approx(1e-3, rel=1e-6)
         assert rows[contender, 32]["seconds_per_step_max"] == pytest.approx(1e-3, rel=1e-6)
-    for name in ("Stalling", "Simulated"):
-        for batch, rounds in ((32, 8), (16, 4)):
-            shorts = [e for n, b, e in Simulated.fits if (n, b) == (name, batch) and e == 1]
-            # the rounds' short fits, and those of sizing the long fit
-            assert rounds <= len(shorts) <= rounds + timing.MAX_SIZING_FITS, (name, batch)
+    for name, contender in (("Stalling", "ort-full"), ("Simulated", "sklearn-mlp-sgd")):
+        fits = [e for n, b, e in Simulated.fits if (n, b) == (name, 32)]
+        # the second rounds' long fits run AGAIN_GROWTH times the first rounds' extra epochs
+        again = int(rows[contender, 32]["timing"].split()[4].split("-")[0])
+        first = SHORT_EPOCHS + (again - SHORT_EPOCHS) // timing.AGAIN_GROWTH
+        assert again == SHORT_EPOCHS + timing.AGAIN_GROWTH * (first - SHORT_EPOCHS)
+        assert fits[-8:] == [SHORT_EPOCHS, again] * 4  # interleaved: one contender's view
+        assert fits[-16:-8] == [SHORT_EPOCHS, first] * 4
+        assert fits.count(again) == 4 and first > SHORT_EPOCHS
+        # the batch-16 group, timed once: its last fits are its 4 rounds
+        fits = [e for n, b, e in Simulated.fits if (n, b) == (name, 16)]
+        length = int(rows[contender, 16]["timing"].split()[4].split("-")[0])
+        assert fits[-8:] == [SHORT_EPOCHS, length] * 4 and fits.count(length) <= 5
 
 
 class Hoarder(Ticker):

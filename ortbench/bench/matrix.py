@@ -25,6 +25,7 @@ from .memory import peak_memory
 from .problems import MIN_BATCHES, Problem, batch_data_sizes, check_problems, make_problem
 from .store import MEASURED, ResultsWriter
 from .timing import (
+    AGAIN_GROWTH,
     SHORT_EPOCHS,
     UNSTABLE,
     TimedFits,
@@ -240,7 +241,8 @@ def run_group(
     contender's fit, so the cache misses at a fit's start cancel out too. A drift of the
     machine's speed during the group touches every contender alike, which keeps their
     ratios honest on a noisy machine. When a cell's slopes are no measurement
-    (:func:`~.timing.unstable`), the group's rounds are timed again, once; a cell whose
+    (:func:`~.timing.unstable`), the group's rounds are timed again, once, with longer
+    long fits; a cell whose
     second rounds are no measurement either keeps them, with the status
     "unstable: <reason>".
 
@@ -315,8 +317,9 @@ def _timed_fits(
 
     When the rounds leave a cell of the group without a measurement
     (:func:`~.timing.unstable`: a stall in one fit is enough), the whole group is timed
-    again, once, and its cells keep the second rounds: every contender's, so that their
-    ratios still come from one interleaved timing. Their ``timing`` says so.
+    again, once, with long fits of :data:`~.timing.AGAIN_GROWTH` times the extra epochs,
+    and its cells keep the second rounds: every contender's, so that their ratios still
+    come from one interleaved timing. Their ``timing`` says so.
     """
 
     def fit(k: int, epochs: int) -> tuple[float, bool] | None:
@@ -350,6 +353,8 @@ def _timed_fits(
         if contenders[k] is not None
     )
     if again:
+        for k, epochs in long_epochs.items():
+            long_epochs[k] = SHORT_EPOCHS + AGAIN_GROWTH * (epochs - SHORT_EPOCHS)
         pairs = timed_rounds()
     for k in running:
         rows[k]["timing"] = timing_column(long_epochs[k], fits.quiet_gave_up[k], again)

@@ -54,8 +54,12 @@ _TIMING_PATTERN = re.compile(r"slope between (\d+)- and (\d+)\+?-epoch fits")
 UNSTABLE = "unstable"
 #: Added to ``timing`` when the wait for quiet before a fit gave up (other threads still ran).
 QUIET_TIMEOUT = "; quiet wait gave up after {count} fits ({limit:g} s each)"
+#: How many times the extra epochs of a long fit grow when a group is timed again
+#: (``bench``): the longer fits average out more of the stalls that a busy machine puts
+#: into each fit.
+AGAIN_GROWTH = 4
 #: Added to ``timing`` when the group's first rounds left a cell unstable and it was timed
-#: again (``bench``).
+#: again, with longer long fits (``bench``).
 TIMED_AGAIN = "; rounds timed again (a cell of the first ones was unstable)"
 
 
