@@ -242,9 +242,8 @@ def run_group(
     machine's speed during the group touches every contender alike, which keeps their
     ratios honest on a noisy machine. When a cell's slopes are no measurement
     (:func:`~.timing.unstable`), the group's rounds are timed again, once, with longer
-    long fits; a cell whose
-    second rounds are no measurement either keeps them, with the status
-    "unstable: <reason>".
+    long fits; a cell whose second rounds are no measurement either keeps them, with the
+    status "unstable: <reason>".
 
     Raises
     ------
