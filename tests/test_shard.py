@@ -43,6 +43,7 @@ from ortbench.bench.store import (
     ResultsWriter,
     read_records,
 )
+from ortbench.bench.timing import AGAIN_GROWTH, SHORT_EPOCHS, timing_column
 from ortbench.cli import main
 from ortbench.commands import ab as ab_command
 from ortbench.commands import bench as bench_command
@@ -111,6 +112,29 @@ def test_timings_balance_the_shards(tmp_path):
         cell = Cell(*(record[k] for k in KEYS))
         by_hand[cell] = by_hand.get(cell, 0.0) + time
     assert {c: seconds[c] for c in by_hand} == pytest.approx(by_hand)
+
+
+def test_timings_count_the_rounds_timed_again(tmp_path):
+    """A row whose rounds were timed again took both sets of rounds (the first with
+    1/AGAIN_GROWTH of the extra epochs); a quiet wait that gave up changes no length."""
+    fake_run_ab(tmp_path, CONFIG, factor=1.0)
+    before = expected_seconds(tmp_path)
+    path = tmp_path / RESULTS_JSONL
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    cell_of = {id(r): Cell(*(r[k] for k in KEYS)) for r in records}
+    again = records[0]
+    quiet = next(r for r in records if cell_of[id(r)] != cell_of[id(again)])
+    long = int(again["timing"].split()[4].split("-")[0])
+    grown = SHORT_EPOCHS + AGAIN_GROWTH * (long - SHORT_EPOCHS)
+    again["timing"] = timing_column(grown, again=True)
+    quiet["timing"] = timing_column(int(quiet["timing"].split()[4].split("-")[0]), quiet_gave_up=2)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    after = expected_seconds(tmp_path)
+    steps, repeat = again["steps"] / again["epochs"], again["repeat"]
+    per_epoch, per_fit = again["seconds_per_step"] * steps, again["seconds_per_fit_overhead"]
+    more = per_epoch * repeat * (SHORT_EPOCHS + grown) + per_fit * 2 * repeat
+    assert after[cell_of[id(again)]] == pytest.approx(before[cell_of[id(again)]] + more)
+    assert after[cell_of[id(quiet)]] == before[cell_of[id(quiet)]]
 
 
 @pytest.mark.parametrize("text", ["2", "0/3", "4/3", "a/b", "1/0", "-1/2"])

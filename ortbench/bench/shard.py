@@ -77,14 +77,15 @@ def groups(todo: Sequence[Cell]) -> list[list[Cell]]:
 
 def _record_seconds(record: dict) -> float | None:
     """A finished row's expected wall time: its first fit and its rounds of a short and a
-    long timed fit (lengths from its ``timing`` column), each paying the fixed cost."""
+    long timed fit (lengths from its ``timing`` column: two sets of rounds when they were
+    timed again), each paying the fixed cost."""
     per_step, overhead = record.get("seconds_per_step"), record.get("seconds_per_fit_overhead")
     lengths = fit_lengths(str(record.get("timing", "")))
     if record.get("status") != "ok" or per_step is None or lengths is None:
         return None
     steps_per_epoch = record["steps"] / record["epochs"]
-    epochs = record["epochs"] + record["repeat"] * sum(lengths)
-    fits = 1 + 2 * record["repeat"]
+    epochs = record["epochs"] + record["repeat"] * sum(s + t for s, t in lengths)
+    fits = 1 + 2 * record["repeat"] * len(lengths)
     return max(per_step, 0.0) * steps_per_epoch * epochs + max(overhead or 0.0, 0.0) * fits
 
 

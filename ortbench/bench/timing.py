@@ -185,11 +185,19 @@ def timing_column(long_epochs: int | str, quiet_gave_up: int = 0, again: bool = 
     return text
 
 
-def fit_lengths(timing: str) -> tuple[int, int] | None:
-    """The epochs of the short and long fits a ``timing`` column names (the fewest of the
-    long ones before it was sized); None when the text is not exactly :data:`TIMING`'s."""
-    match = _TIMING_PATTERN.fullmatch(timing)
-    return None if match is None else (int(match[1]), int(match[2]))
+def fit_lengths(timing: str) -> list[tuple[int, int]] | None:
+    """The epochs of the short and long fits of each set of rounds a ``timing`` column
+    names: one set, or two when the rounds were timed again (the first set's long fits
+    then had 1/:data:`AGAIN_GROWTH` of the extra epochs; see :func:`timing_column`). An
+    unfinished row names the fewest long epochs before they were sized; None when the
+    text does not start as :data:`TIMING`."""
+    match = _TIMING_PATTERN.match(timing)
+    if match is None:
+        return None
+    short, long = int(match[1]), int(match[2])
+    if timing.endswith(TIMED_AGAIN):
+        return [(short, short + (long - short) // AGAIN_GROWTH), (short, long)]
+    return [(short, long)]
 
 
 def _others_running() -> bool | None:
