@@ -68,7 +68,7 @@ def shown_in_summary(
     summary: str, status: str, contender: str, problem: str, batch_size: int, dataset="diabetes"
 ) -> bool:
     """Whether ``summary.md`` shows a cpu cell where its status puts it: a timed row when
-    "ok", else a row of "Cells not run" that gives the status."""
+    "ok", else a row of "Cells without a measurement" that gives the status."""
     if status == "ok":
         return f"| {batch_size} | {contender} |" in summary
     row = f"| {contender} | {problem} | {dataset} | {batch_size} | cpu | {status} |"

@@ -227,6 +227,7 @@ def test_a_cell_with_negative_slopes_is_unstable_and_fails_bench(tmp_path, monke
     summary = (folder / "summary.md").read_text()
     (line,) = [line for line in summary.splitlines() if "| ort-full |" in line]
     assert "unstable" in line  # listed with its reason, no speed-up
+    assert "\n## Cells without a measurement\n" in summary  # ran, but has no time to show
     assert "failed or unstable" in capsys.readouterr().err
     # timed again (the whole group), unstable again
     assert {r["timing"].endswith(timing.TIMED_AGAIN) for r in read_records(folder)} == {True}

@@ -18,6 +18,7 @@ from .resultsets import ResultSet, load_result_set
 from .scaling import write_scaling_plot
 from .summary import (
     METHOD_TITLE,
+    NOT_MEASURED_TITLE,
     SUMMARY_MD,
     BenchSummary,
     Table,
@@ -106,7 +107,7 @@ def _bench_sections(summary: BenchSummary) -> list[str]:
     ]
     parts += [_section(s.title, _table(s.table, "results")) for s in summary.sections]
     if summary.not_run:
-        parts.append(_section("Cells not run", _table(summary.not_run)))
+        parts.append(_section(NOT_MEASURED_TITLE, _table(summary.not_run)))
     if summary.plots:
         parts.append(
             _section(

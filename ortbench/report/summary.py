@@ -28,6 +28,9 @@ SCORE_NAMES = {
     "binary": "validation accuracy",
     "multiclass": "validation accuracy",
 }
+#: The section of the cells that have no time per step to show (unavailable, failed,
+#: unstable or interrupted), and its columns.
+NOT_MEASURED_TITLE = "Cells without a measurement"
 NOT_RUN_COLUMNS = ("contender", "problem", "dataset", "batch size", "device", "status")
 
 
@@ -320,7 +323,7 @@ def summary_markdown(results: pd.DataFrame, plots: list[Plot] | None = None) -> 
     for section in summary.sections:
         lines += ["", f"## {section.title}", "", *_markdown_table(section.table)]
     if summary.not_run:
-        lines += ["", "## Cells not run", "", *_markdown_table(summary.not_run)]
+        lines += ["", f"## {NOT_MEASURED_TITLE}", "", *_markdown_table(summary.not_run)]
     if summary.plots:
         lines += ["", "## Plots"]
         for plot in summary.plots:
