@@ -155,7 +155,7 @@ def test_the_page_leads_with_its_answer_and_shows_each_row_once(tmp_path):
     assert len(conclusions) == 2 and conclusions[0].endswith(
         ": ort-fwbw fastest at every batch size, 3.3x to 6.5x sklearn-mlp-sgd."
     )
-    # one table per section, then the cells not run: every row once
+    # one table per section, then the cells without a measurement: every row once
     (small, big, not_run, _environment) = page.tables
     keys = [tuple(r[:2]) for table in (small, big) for r in table[1:]]
     assert len(keys) == len(TIMES) and len(set(keys)) == len(TIMES) // 2

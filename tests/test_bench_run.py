@@ -125,7 +125,7 @@ def test_summary_and_plots(run_folder):
         assert "| 1.0x |" in text
     assert "slope between a 1-epoch fit and a longer one, at least 4 epochs and 50 ms" in text
     assert "fixed cost per fit" in text
-    assert "## Cells not run" in text
+    assert "## Cells without a measurement" in text
     assert ("unavailable: torch is not installed" in text) == (not TORCH)
     paths = write_plots(run_folder)
     assert len(paths) == (3 if (status == "ok").any() else 0)

@@ -236,7 +236,7 @@ def _check_bench_structure(browser, folder: Path, sizes: int) -> dict:
     page = _bench_structure(browser)
     # every (section, batch size, contender) shows in one table row only
     seen = []
-    cells = [  # the timed cells' tables (a loaded machine may add a table of cells not run)
+    cells = [  # the timed cells' tables (a loaded machine may add a table of cells without a measurement)
         t
         for t in page["tables"]
         if {"batch size", "contender"} <= set(t["heads"])

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 from ortbench.report.markdown import markdown_to_html
 
-TEXT = """# Cells not run
+TEXT = """# Cells without a measurement
 
 Every cell is **not** timed twice.
 
