@@ -10,6 +10,7 @@ import onnxruntime
 import pytest
 
 from ortbench.training import FullTrainer, LearningRateSGD, LearningRateSGDNesterov, OrtBenchError
+from ortbench.training.losses import SquareLearningLoss
 
 RATES = {
     "sgd": LearningRateSGD(0.01, learning_rate="invscaling", power_t=0.5),
@@ -53,14 +54,24 @@ def test_epoch_loop_follows_the_per_step_run(rate, batch_size, regression, mlp_o
 
 @pytest.mark.parametrize(
     "loss, penalty",
-    [("absolute_error", None), ("elastic", None), ("squared_error", {"coefficient": {"l2": 0.1}})],
+    [
+        ("absolute_error", None),
+        ("elastic", None),
+        ("squared_error", {"coefficient": {"l2": 0.1}}),
+        (SquareLearningLoss(convention="seed"), None),
+    ],
 )
-def test_epoch_loop_follows_the_per_step_run_for_other_losses(loss, penalty, regression, mlp_onnx):
+@pytest.mark.parametrize("batch_size", [16, 1])
+def test_epoch_loop_follows_the_per_step_run_for_other_losses(
+    loss, penalty, batch_size, regression, mlp_onnx
+):
     """The losses written after the scan from every batch's prediction (absolute and
-    elastic losses), and those the body differentiates node by node (a penalty)."""
+    elastic losses), those the body differentiates node by node (a penalty), and the
+    seed's squared error, whose gradient is twice the difference (at batch 1 one product
+    in the body, its slope that factor)."""
     X, y = regression
     w = np.random.RandomState(2).uniform(0.2, 2.0, len(X)).astype(np.float32)
-    params = dict(loss=loss, penalty=penalty, batch_size=16, max_iter=3, random_state=0)
+    params = dict(loss=loss, penalty=penalty, batch_size=batch_size, max_iter=3, random_state=0)
     step, loop = (trained(mlp_onnx, X, y, w, loop, **params) for loop in (False, True))
     np.testing.assert_allclose(loop.train_losses_, step.train_losses_, rtol=1e-5)
     for name, value in step.get_state().items():
@@ -84,7 +95,8 @@ def test_the_sgd_step_is_what_onnxruntime_fuses(
     epoch_loop, batch_size, regression, mlp_onnx, tmp_path
 ):
     """The step factor seeds the loss's gradient, which is written by hand (one node reads
-    the batch's gradient scale, none the step factor, none scales the gradients), a Relu's
+    the batch's gradient scale, none the step factor, none scales the gradients; in the
+    loop's body at batch 1 one Gemm of the label scaled outside it, no Sub), a Relu's
     gradient reads the Relu's output (so onnxruntime fuses the Relu into its Gemm), and a
     weight's update is a ``Sum`` that onnxruntime folds into its gradient's Gemm (a
     coefficient's; from batch 2 on a bias's too, its gradient the product of the rows by
@@ -109,7 +121,12 @@ def test_the_sgd_step_is_what_onnxruntime_fuses(
     coefficients = [w for w in trainer.get_state() if w.startswith("coefficient")]
     assert ops["Relu"] == 0 and ops["FusedGemm"] == 2 and ops["Concat"] == 0, ops
     assert not any("step_scale" in n.input for n in nodes), ops
-    assert [n.op_type for n in nodes if "grad_scale" in n.input] == ["Mul"], ops
+    reading = [n.op_type for n in nodes if "grad_scale" in n.input]
+    if epoch_loop and batch_size == 1:  # the label scaled outside: one product, no Sub
+        assert reading == ["Gemm"] and ops["Sub"] == 0, ops
+        assert not any("label" in n.input for n in nodes), ops
+    else:
+        assert reading == ["Mul"], ops
     assert ops["Add"] == ops["Unsqueeze"] == 0, ops  # what the loss's rules would add
     assert len(coefficients) == 3
     assert [written_by[f"{w}_new"] for w in coefficients] == ["Gemm"] * 3, ops

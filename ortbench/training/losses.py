@@ -68,6 +68,12 @@ class BaseLearningLoss(BaseEstimator):
     def check(self) -> None:
         """Raise a one-line error for invalid hyper-parameters (none here)."""
 
+    def derivative_slope(self) -> float | None:
+        """``k`` where the derivative of the term :meth:`element_nodes` returns is
+        ``k * (predicted - expected)``, a linear function of both; None for a loss whose
+        derivative is not (the default)."""
+        return None
+
     def element_nodes(
         self, b: GraphBuilder, expected: str, predicted: str
     ) -> tuple[str, float, str]:
@@ -295,6 +301,10 @@ class SquareLearningLoss(BaseLearningLoss):
         if self.convention == "seed":
             return b.op("Mul", diff, diff), 1.0, b.op("Add", diff, diff)
         return b.op("Mul", diff, diff), 0.5, diff
+
+    def derivative_slope(self) -> float:
+        self.check()
+        return 2.0 if self.convention == "seed" else 1.0
 
     def _difference_rows(self, diff):
         self.check()

@@ -55,6 +55,9 @@ class LossHead(NamedTuple):
     grad_scale: str
     #: The (n, 1) input of each row's share of the batch loss.
     loss_scale: str
+    #: At batch 1, the (1, c) input of ``grad_scale`` times the labels, with which the
+    #: gradient is one product (see :meth:`nodes`); None for the element-wise form.
+    scaled_label: str | None = None
 
     def nodes(self, b: GraphBuilder, loss_name: str, columns: int | None) -> str:
         """Add the nodes of the batch loss, named ``loss_name``, and of its gradient with
@@ -63,10 +66,21 @@ class LossHead(NamedTuple):
         Inputs: ``predicted`` (n, c), ``label`` (n, c), ``loss_scale`` and ``grad_scale``
         (n, 1). Outputs: the loss (1, 1), a ``ReduceSum`` of the weighting Gemm's (c, 1)
         unless ``columns`` (c) is 1; the gradient (n, c).
+
+        With ``scaled_label`` (one row, and a loss whose derivative is ``k (p - y)``, see
+        :meth:`~ortbench.training.losses.BaseLearningLoss.derivative_slope`) the gradient
+        is ``k (grad_scale p - scaled_label)``: one ``Gemm`` of the (1, 1) scale by the
+        (1, c) prediction, instead of a ``Sub`` and a ``Mul``. The difference ``p - y`` is
+        then read by the loss's nodes only, and goes with them where a graph drops the
+        loss.
         """
         element, factor, derivative = self.loss.element_nodes(b, self.label, self.predicted)
         weighted_sum_nodes(b, element, factor, self.loss_scale, loss_name, True, columns)
-        return b.op("Mul", derivative, self.grad_scale)
+        if self.scaled_label is None:
+            return b.op("Mul", derivative, self.grad_scale)
+        slope = self.loss.derivative_slope()
+        scale, scaled = self.grad_scale, self.scaled_label
+        return b.op("Gemm", scale, self.predicted, scaled, alpha=slope, beta=-slope)
 
     @classmethod
     def of(cls, loss: BaseLearningLoss, penalty, **names: str) -> LossHead | None:

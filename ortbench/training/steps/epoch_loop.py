@@ -88,12 +88,22 @@ def epoch_loop_graph(
         before its update (``(n_batches, 1, 1)`` with a head, computed after the scan by
         :func:`~ortbench.training.losses.batch_losses_nodes`).
     """
+    labels = next((_dims(i) for i in with_loss.graph.input if head and i.name == head.label), [])
+    # at batch 1, a loss gradient linear in the prediction and the label is one Gemm of
+    # the label scaled outside the scan (see LossHead.nodes): a Sub fewer in the body
+    product = len(labels) == 2 and labels[0] == 1 and head.loss.derivative_slope() is not None
+    if product:
+        head = head._replace(scaled_label=f"{head.label}_scaled")
     step = fused_step_graph(with_loss, weights, rate, loss_name, head)
     if head is not None:
         # the body gives its prediction instead of its loss, and keeps only the loss's
         # gradient: the losses are computed after the scan, over the whole epoch
         step = predicting(step, loss_name, head)
     body = step.graph
+    if product:
+        body.input.append(
+            helper.make_tensor_value_info(head.scaled_label, onnx.TensorProto.FLOAT, labels)
+        )
     opset = next(o.version for o in step.opset_import if o.domain in ("", "ai.onnx"))
     inputs = {i.name: i for i in body.input}
     data = [i.name for i in with_loss.graph.input if i.name not in weights]
@@ -105,10 +115,11 @@ def epoch_loop_graph(
     outputs = {o.name: o for o in body.output}
     read = {name for node in body.node for name in node.input}
     sliced = [name for name in data if name in read]
+    computed = [head.scaled_label] if product else []
     scan_body = helper.make_graph(
         list(body.node),
         "epoch_step",
-        [*(inputs[name] for name in carried), *(inputs[name] for name in sliced)],
+        [*(inputs[name] for name in carried), *(inputs[name] for name in (*sliced, *computed))],
         [*(outputs[f"{name}_new"] for name in carried), body.output[-1]],
         list(body.initializer),
     )
@@ -132,15 +143,18 @@ def epoch_loop_graph(
         for w, piece in zip(weights, pieces):
             shape = b.const(_dims(inputs[w]), np.int64)
             initial[f"{w}_state"] = b.op("Reshape", piece, shape)
+    scanned = [f"{name}_epoch" for name in sliced]
+    if product:  # every batch's scaled label at once
+        scanned.append(b.op("Mul", f"{head.grad_scale}_epoch", f"{head.label}_epoch"))
     finals = [f"{name}_after" for name in carried]
     b.nodes.append(
         helper.make_node(
             "Scan",
-            [*(initial[name] for name in carried), *(f"{name}_epoch" for name in sliced)],
+            [*(initial[name] for name in carried), *scanned],
             [*finals, "losses" if head is None else "predictions"],
             name="epoch_loop",
             body=scan_body,
-            num_scan_inputs=len(sliced),
+            num_scan_inputs=len(scanned),
         )
     )
     if head is not None:
