@@ -8,9 +8,11 @@ weights and the optimizer state from one iteration to the next. The per-batch lo
 out as the scan's output, so the epoch's loss is the same weighted mean as the per-step
 run's; where the loss is a hand-written head, the scan gives every batch's prediction
 instead and nodes after it compute all the batches' losses at once, so that the body runs
-only the nodes the step needs. The last batch needs no special case: the loader pads it
-with rows of sample weight 0, as it does for the per-step run, and its loss weighs its
-real rows only.
+only the nodes the step needs. At batch 1 a squared error's gradient is then one ``Gemm``
+of the prediction and the label scaled outside the scan, once per epoch (see
+:meth:`~ortbench.training.graphs.loss_graph.LossHead.nodes`): a ``Sub`` fewer per step.
+The last batch needs no special case: the loader pads it with rows of
+sample weight 0, as it does for the per-step run, and its loss weighs its real rows only.
 
 ``Scan`` rather than ``Loop``: a ``Loop`` body would slice batch ``i`` with one ``Gather``
 per data input and pass its condition through, nodes that ``Scan``'s own slicing saves
