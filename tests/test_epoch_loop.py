@@ -78,6 +78,34 @@ def test_epoch_loop_follows_the_per_step_run_for_other_losses(
         np.testing.assert_allclose(loop.get_state()[name], value, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shuffle", [True, False], ids=["shuffled", "in order"])
+@pytest.mark.parametrize("convention", ["sklearn", "seed"])
+@pytest.mark.parametrize("epoch_loop", [True, False], ids=["epoch loop", "per step"])
+def test_the_gradient_in_one_product_is_the_differentiated_one(
+    epoch_loop, convention, shuffle, regression, mlp_onnx
+):
+    """At batch 1 the hand-written gradient of the squared error is one Gemm of the scale
+    by the prediction, less the labels the loader scaled; a zero penalty leaves the loss
+    to be differentiated node by node (no head): both follow one trajectory, for either
+    convention's factor (1 or 2), sample weights and a decreasing rate included, rows
+    shuffled (the loader scales the labels again) or not (the new rate alone does)."""
+    X, y = regression
+    w = np.random.RandomState(3).uniform(0.2, 2.0, len(X)).astype(np.float32)
+    loss = SquareLearningLoss(convention=convention)
+    rate = RATES["sgd"]  # a rate that changes every epoch, and the scaled labels with it
+    params = dict(
+        loss=loss, learning_rate=rate, batch_size=1, max_iter=3, shuffle=shuffle, random_state=0
+    )
+    product = trained(mlp_onnx, X, y, w, epoch_loop, **params)
+    zero_penalty = {"coefficient": {"l2": 0.0}}
+    differentiated = trained(mlp_onnx, X, y, w, epoch_loop, penalty=zero_penalty, **params)
+    assert product._steps._head.scaled_label is not None
+    assert differentiated._steps._head is None
+    np.testing.assert_allclose(product.train_losses_, differentiated.train_losses_, rtol=1e-5)
+    for name, value in differentiated.get_state().items():
+        np.testing.assert_allclose(product.get_state()[name], value, rtol=1e-5, atol=1e-6)
+
+
 def test_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx):
     from ortbench.bench.counters import count_runtime
 
@@ -95,9 +123,9 @@ def test_the_sgd_step_is_what_onnxruntime_fuses(
     epoch_loop, batch_size, regression, mlp_onnx, tmp_path
 ):
     """The step factor seeds the loss's gradient, which is written by hand (one node reads
-    the batch's gradient scale, none the step factor, none scales the gradients; in the
-    loop's body at batch 1 one Gemm of the label scaled outside it, no Sub), a Relu's
-    gradient reads the Relu's output (so onnxruntime fuses the Relu into its Gemm), and a
+    the batch's gradient scale, none the step factor, none scales the gradients; at batch
+    1 one Gemm of the labels the loader scaled, no Sub), a Relu's gradient reads the
+    Relu's output (so onnxruntime fuses the Relu into its Gemm), and a
     weight's update is a ``Sum`` that onnxruntime folds into its gradient's Gemm (a
     coefficient's; from batch 2 on a bias's too, its gradient the product of the rows by
     ones): in the epoch loop's body and in the per-step graph alike, where no update is
@@ -122,7 +150,7 @@ def test_the_sgd_step_is_what_onnxruntime_fuses(
     assert ops["Relu"] == 0 and ops["FusedGemm"] == 2 and ops["Concat"] == 0, ops
     assert not any("step_scale" in n.input for n in nodes), ops
     reading = [n.op_type for n in nodes if "grad_scale" in n.input]
-    if epoch_loop and batch_size == 1:  # the label scaled outside: one product, no Sub
+    if batch_size == 1:  # the label scaled by the loader: one product, no Sub
         assert reading == ["Gemm"] and ops["Sub"] == 0, ops
         assert not any("label" in n.input for n in nodes), ops
     else:

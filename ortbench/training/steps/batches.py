@@ -107,12 +107,15 @@ def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
 
 @dataclass
 class Batch:
-    """One batch: OrtValues (X, y, sample weights), its real rows, and its scale columns."""
+    """One batch: OrtValues (X, y, sample weights), its real rows, its scale columns, and
+    its labels times the gradient scales once the loader stages them
+    (:meth:`BatchLoader.stage_scaled_labels`)."""
 
     values: tuple
     length: int
     loss_scale: capi.OrtValue
     grad_scale: capi.OrtValue
+    scaled_label: capi.OrtValue | None = None
 
 
 class BatchLoader:
@@ -136,6 +139,7 @@ class BatchLoader:
             host[: self.n_samples] = array
             self._host.append(host)
         self._scales = np.zeros((2, n_batches, batch_size), dtype=np.float32)
+        self._scaled_labels: np.ndarray | None = None  # see stage_scaled_labels
         self._factor = 1.0
         self.shuffle = shuffle
         self._rng = check_random_state(random_state)
@@ -161,17 +165,45 @@ class BatchLoader:
         if factor != self._factor:
             self._factor = factor
             np.multiply(self._scales[0], factor, out=self._scales[1])
+            self._scale_labels()
             if not self._on_cpu:  # the gradient scales only: the data did not change
                 for k, batch in enumerate(self.batches):
                     batch.grad_scale.update_inplace(self._scales[1, k].reshape(-1, 1))
 
+    def stage_scaled_labels(self) -> None:
+        """Stage each row's labels times its gradient scale (``Batch.scaled_label``, (n,
+        c) per batch), kept up to date from now on, as the scales are: where a loss's
+        gradient is linear in the labels, a graph reads them instead of scaling the
+        labels itself (see :class:`~ortbench.training.graphs.loss_graph.LossHead`).
+
+        Raises
+        ------
+        OrtBenchError
+            On CUDA, or for labels that are not a float matrix.
+        """
+        labels = self._host[1]
+        if not self._on_cpu or labels.ndim != 2 or labels.dtype != np.float32:
+            raise OrtBenchError("scaled labels are staged for float labels on the CPU only")
+        if self._scaled_labels is None:
+            self._scaled_labels = np.zeros_like(labels)
+            self._scale_labels()
+            for batch, (s, e) in zip(self.batches, self._bounds):
+                batch.scaled_label = self._ortvalue(self._scaled_labels[s:e])
+
+    def _scale_labels(self) -> None:
+        if self._scaled_labels is not None:
+            scales = self._scales[1].reshape(-1, 1)
+            np.multiply(scales, self._host[1], out=self._scaled_labels)
+
     def _rescale(self) -> None:
-        """Recompute both scale columns from the sample weights now in the buffers."""
+        """Recompute both scale columns (and the scaled labels) from the sample weights
+        and the labels now in the buffers."""
         weights = self._host[2].reshape(self._scales.shape[1:])
         totals = weights.sum(axis=1, keepdims=True)
         self._scales[0] = 0  # a batch of zero weights contributes nothing
         np.divide(weights, totals, out=self._scales[0], where=totals > 0)
         np.multiply(self._scales[0], self._factor, out=self._scales[1])
+        self._scale_labels()
 
     def refill(self, arrays: list[np.ndarray]) -> bool:
         """Load new data of the same shapes into the staged buffers, keeping every OrtValue
@@ -213,12 +245,14 @@ class BatchLoader:
         if not self._on_cpu:
             raise OrtBenchError("the whole staged epoch is one buffer on the CPU only")
         n_batches, batch_size = self._scales.shape[1:]
+        scaled = self._scaled_labels
         return Batch(
             tuple(
                 self._ortvalue(h.reshape(n_batches, batch_size, *h.shape[1:])) for h in self._host
             ),
             self.n_samples,
             *(self._ortvalue(self._scales[i, :, :, None]) for i in (0, 1)),
+            None if scaled is None else self._ortvalue(scaled.reshape(n_batches, batch_size, -1)),
         )
 
     def epoch(self) -> list[Batch]:

@@ -8,11 +8,10 @@ weights and the optimizer state from one iteration to the next. The per-batch lo
 out as the scan's output, so the epoch's loss is the same weighted mean as the per-step
 run's; where the loss is a hand-written head, the scan gives every batch's prediction
 instead and nodes after it compute all the batches' losses at once, so that the body runs
-only the nodes the step needs. At batch 1 a squared error's gradient is then one ``Gemm``
-of the prediction and the label scaled outside the scan, once per epoch (see
-:meth:`~ortbench.training.graphs.loss_graph.LossHead.nodes`): a ``Sub`` fewer per step.
-The last batch needs no special case: the loader pads it with rows of
-sample weight 0, as it does for the per-step run, and its loss weighs its real rows only.
+only the nodes the step needs (at batch 1, a squared error's gradient is then one node:
+see :class:`~ortbench.training.steps.fused.OneGraphSteps`). The last batch needs no special
+case: the loader pads it with rows of sample weight 0, as it does for the per-step run,
+and its loss weighs its real rows only.
 
 ``Scan`` rather than ``Loop``: a ``Loop`` body would slice batch ``i`` with one ``Gather``
 per data input and pass its condition through, nodes that ``Scan``'s own slicing saves
@@ -90,22 +89,12 @@ def epoch_loop_graph(
         before its update (``(n_batches, 1, 1)`` with a head, computed after the scan by
         :func:`~ortbench.training.losses.batch_losses_nodes`).
     """
-    labels = next((_dims(i) for i in with_loss.graph.input if head and i.name == head.label), [])
-    # at batch 1, a loss gradient linear in the prediction and the label is one Gemm of
-    # the label scaled outside the scan (see LossHead.nodes): a Sub fewer in the body
-    product = len(labels) == 2 and labels[0] == 1 and head.loss.derivative_slope() is not None
-    if product:
-        head = head._replace(scaled_label=f"{head.label}_scaled")
     step = fused_step_graph(with_loss, weights, rate, loss_name, head)
     if head is not None:
         # the body gives its prediction instead of its loss, and keeps only the loss's
         # gradient: the losses are computed after the scan, over the whole epoch
         step = predicting(step, loss_name, head)
     body = step.graph
-    if product:
-        body.input.append(
-            helper.make_tensor_value_info(head.scaled_label, onnx.TensorProto.FLOAT, labels)
-        )
     opset = next(o.version for o in step.opset_import if o.domain in ("", "ai.onnx"))
     inputs = {i.name: i for i in body.input}
     data = [i.name for i in with_loss.graph.input if i.name not in weights]
@@ -117,11 +106,10 @@ def epoch_loop_graph(
     outputs = {o.name: o for o in body.output}
     read = {name for node in body.node for name in node.input}
     sliced = [name for name in data if name in read]
-    computed = [head.scaled_label] if product else []
     scan_body = helper.make_graph(
         list(body.node),
         "epoch_step",
-        [*(inputs[name] for name in carried), *(inputs[name] for name in (*sliced, *computed))],
+        [*(inputs[name] for name in carried), *(inputs[name] for name in sliced)],
         [*(outputs[f"{name}_new"] for name in carried), body.output[-1]],
         list(body.initializer),
     )
@@ -145,18 +133,15 @@ def epoch_loop_graph(
         for w, piece in zip(weights, pieces):
             shape = b.const(_dims(inputs[w]), np.int64)
             initial[f"{w}_state"] = b.op("Reshape", piece, shape)
-    scanned = [f"{name}_epoch" for name in sliced]
-    if product:  # every batch's scaled label at once
-        scanned.append(b.op("Mul", f"{head.grad_scale}_epoch", f"{head.label}_epoch"))
     finals = [f"{name}_after" for name in carried]
     b.nodes.append(
         helper.make_node(
             "Scan",
-            [*(initial[name] for name in carried), *scanned],
+            [*(initial[name] for name in carried), *(f"{name}_epoch" for name in sliced)],
             [*finals, "losses" if head is None else "predictions"],
             name="epoch_loop",
             body=scan_body,
-            num_scan_inputs=len(scanned),
+            num_scan_inputs=len(sliced),
         )
     )
     if head is not None:
@@ -203,7 +188,6 @@ class EpochLoopSteps(OneGraphSteps):
         super().__init__(with_loss, weights, rate, sessions, feeds, loss_name, head)
         if not self._buffers.on_cpu:
             raise OrtBenchError("the epoch loop runs on the CPU only: use device='cpu'")
-        self._with_loss = with_loss
         self.graphs: dict[str, onnx.ModelProto | bytes] = {}
         self._n_batches = 0
         self._losses = BatchLosses(None, loss_shape(head), sessions)  # the loop writes them

@@ -12,6 +12,7 @@ and every binding is made once per batch and parity before the first step.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import onnx
 from onnx import TensorProto, helper
@@ -19,8 +20,8 @@ from onnx import TensorProto, helper
 from ..errors import OrtBenchError
 from ..gradients.portable import vjp_graph
 from ..graphs.builder import GraphBuilder
-from ..graphs.loss_graph import LossHead
-from ..graphs.nodes import drop_unread
+from ..graphs.loss_graph import LossHead, tensor_names
+from ..graphs.nodes import drop_unread, unique_name
 from ..graphs.outputs import static_width
 from ..graphs.weights import get_initializers, weights_as_inputs
 from ..learning_rates import BaseLearningRate, LearningRateAdamW
@@ -135,6 +136,41 @@ def predicting(step: onnx.ModelProto, loss_name: str, head: LossHead) -> onnx.Mo
     return step
 
 
+def scaled_label_form(
+    with_loss: onnx.ModelProto, head: LossHead
+) -> tuple[onnx.ModelProto, LossHead]:
+    """``with_loss`` and ``head`` with the gradient as one product where it can be.
+
+    Where the batch has one row and the loss's gradient is ``k (p - y)``
+    (:meth:`~ortbench.training.losses.BaseLearningLoss.derivative_slope`), return a copy of
+    ``with_loss`` with one more data input, after the others, ``<label>_scaled`` shaped like
+    the labels (the labels times the gradient scale, which
+    :meth:`~ortbench.training.steps.batches.BatchLoader.stage_scaled_labels` stages), and
+    the head that reads it (see :meth:`LossHead.nodes`); else both unchanged. A graph
+    that computes the loss in the same run still reads the difference ``p - y``; one
+    that drops the loss (:func:`predicting`) has a ``Sub`` fewer.
+    """
+    label = next(i for i in with_loss.graph.input if i.name == head.label)
+    shape = [d.dim_value for d in label.type.tensor_type.shape.dim]
+    if len(shape) != 2 or shape[0] != 1 or head.loss.derivative_slope() is None:
+        return with_loss, head
+    head = head._replace(
+        scaled_label=unique_name(tensor_names(with_loss.graph), f"{head.label}_scaled")
+    )
+    model = onnx.ModelProto()
+    model.CopyFrom(with_loss)
+    model.graph.input.append(
+        helper.make_tensor_value_info(head.scaled_label, TensorProto.FLOAT, shape)
+    )
+    return model, head
+
+
+def _and_scaled_label(feeds: Callable[[Batch], tuple], batch: Batch) -> tuple:
+    """What ``feeds`` gives of ``batch``, then its scaled labels (see
+    :func:`scaled_label_form`)."""
+    return (*feeds(batch), batch.scaled_label)
+
+
 def loss_shape(head: LossHead | None) -> list[int]:
     """The shape of the batch loss :func:`step_graph` outputs: (1, 1) when a head writes
     it (no node reduces it further), else a scalar."""
@@ -164,7 +200,10 @@ class OneGraphSteps(DoubleBufferedSteps):
         The loss appended to the model, whose gradient is then written by hand (see
         :func:`step_graph`): the step factor is then in the batches' gradient scales
         (:meth:`BatchLoader.set_gradient_factor`), which ``feeds`` gives after the loss
-        scales.
+        scales. On the CPU, where the losses are computed after the steps from their
+        predictions, a one-row batch and a loss whose gradient is ``k (p - y)`` make the
+        gradient one ``Gemm`` of the gradient scale by the prediction, less the labels
+        times the scale, which the loader stages (:func:`scaled_label_form`).
 
     Raises
     ------
@@ -189,13 +228,16 @@ class OneGraphSteps(DoubleBufferedSteps):
         self.weights = weights
         self._rate = rate
         self._sessions = sessions
-        self._feeds = feeds
         self._loss_name = loss_name
-        self._head = head
         self._loader: BatchLoader | None = None
-        self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
         initial = get_initializers(with_loss, weights)
         self._buffers = WeightBuffers(initial, rate.n_states, sessions.ort_device, set())
+        if head is not None and self._buffers.on_cpu:
+            with_loss, head = scaled_label_form(with_loss, head)
+        self._with_loss, self._head = with_loss, head
+        scaled = head is not None and head.scaled_label is not None
+        self._feeds = partial(_and_scaled_label, feeds) if scaled else feeds
+        self._data_inputs = [i.name for i in with_loss.graph.input if i.name not in weights]
         self._step_scale = ScalarInput(sessions.ort_device)
         self._parity = 0
 
@@ -212,6 +254,8 @@ class OneGraphSteps(DoubleBufferedSteps):
         self._loader = loader
         if self._head is not None:
             loader.set_gradient_factor(float(self._step_scale))
+            if self._head.scaled_label is not None:
+                loader.stage_scaled_labels()
 
     def _bind_step_scale(self, binding: capi.Binding) -> None:
         """Bind the step factor, which a graph without a head reads."""
@@ -244,6 +288,7 @@ class FusedSteps(OneGraphSteps):
         head: LossHead | None = None,
     ):
         super().__init__(with_loss, weights, rate, sessions, feeds, loss_name, head)
+        with_loss, head = self._with_loss, self._head
         buffers = self._buffers
         self._stacked = buffers.has_state and buffers.on_cpu
         # with a head on the CPU, a step writes its prediction, and the losses are
