@@ -25,7 +25,7 @@ def fitted_mlp(X, y, hidden=(6, 4), **kwargs) -> MLPRegressor:
         return MLPRegressor(**params).fit(X, y)
 
 
-def sklearn_epoch(X, y, momentum, hidden=(6, 4)):
+def sklearn_epoch(X, y, momentum, hidden=(6, 4), batch_size=16):
     """Initial weights, then MLPRegressor's weights after one more epoch of SGD."""
     reference = fitted_mlp(
         X,
@@ -35,7 +35,7 @@ def sklearn_epoch(X, y, momentum, hidden=(6, 4)):
         momentum=momentum,
         alpha=0.0,
         shuffle=False,
-        batch_size=16,
+        batch_size=batch_size,
     )
     onx = to_onnx(reference, X[:1])
     start = [c.copy() for c in reference.coefs_] + [b.copy() for b in reference.intercepts_]

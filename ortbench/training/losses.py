@@ -93,7 +93,7 @@ class BaseLearningLoss(BaseEstimator):
         return self.element_nodes(b, expected, predicted)[:2]
 
     def build_onnx_function(
-        self, columns: int | None = None, gradient_only: bool = False
+        self, columns: int | None = None, gradient_only: bool = False, scaled: bool = False
     ) -> onnx.ModelProto:
         """The loss-and-gradient graph of the forward/backward trainer.
 
@@ -115,6 +115,11 @@ class BaseLearningLoss(BaseEstimator):
             Leave out the loss (and ``loss_scale``): the graph outputs ``loss_grad`` only,
             for a trainer that computes the losses once per epoch
             (:meth:`build_epoch_function`).
+        scaled : bool, default=False
+            With ``gradient_only``, for one-row batches and a loss whose gradient is
+            ``k (p - y)`` (:meth:`derivative_slope`): the graph reads ``scaled_expected``
+            (1, c), the labels times ``grad_scale``, instead of ``expected``, and the
+            gradient is one ``Gemm``, ``k (grad_scale p - scaled_expected)``.
 
         Returns
         -------
@@ -122,6 +127,22 @@ class BaseLearningLoss(BaseEstimator):
             The graph, at the opset onnxruntime 1.19.2 reads.
         """
         b = GraphBuilder(type(self).__name__)
+        if scaled:
+            slope = self.derivative_slope()
+            if not gradient_only or slope is None:
+                raise OrtBenchError(
+                    "a loss graph reads scaled labels only for the gradient of a loss "
+                    "linear in the prediction"
+                )
+            predicted = b.input("predicted", [1, "C"])
+            grad_scale = b.input("grad_scale", [1, 1])
+            scaled_expected = b.input("scaled_expected", [1, "C"])
+            b.op(
+                "Gemm", grad_scale, predicted, scaled_expected,
+                alpha=slope, beta=-slope, name="loss_grad",
+            )  # fmt: skip
+            b.output("loss_grad", [1, "C"])
+            return b.to_model()
         expected = b.input("expected", ["N", "C"])
         predicted = b.input("predicted", ["N", "C"])
         if not gradient_only:

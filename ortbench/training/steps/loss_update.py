@@ -92,7 +92,11 @@ class LossUpdateSteps(DoubleBufferedSteps):
         # (no node then reduces it to a scalar)
         after_epoch = buffers.on_cpu and self.predictions_kept
         width = static_width(static, static.graph.output[0].name)
-        loss_model = loss.build_onnx_function(width, gradient_only=after_epoch)
+        # one-row batches: the gradient of a loss linear in the labels is one product
+        # with the labels the loader scales (see BaseLearningLoss.build_onnx_function)
+        rows = static.graph.input[0].type.tensor_type.shape.dim[0].dim_value
+        self._scaled = after_epoch and rows == 1 and loss.derivative_slope() is not None
+        loss_model = loss.build_onnx_function(width, after_epoch, self._scaled)
         self._loss_session = sessions.session(
             fit_runtime(loss_model).SerializeToString(), "loss", one_thread=True
         )
@@ -159,6 +163,8 @@ class LossUpdateSteps(DoubleBufferedSteps):
         """
         self._loader = loader
         loader.set_gradient_factor(float(self._step_scale))
+        if self._scaled:
+            loader.stage_scaled_labels()
         batches = loader.batches
         shape = tuple(batches[0].values[1].shape())
         self._hosts: list[np.ndarray] = []  # the memory the OrtValues below view
@@ -193,7 +199,10 @@ class LossUpdateSteps(DoubleBufferedSteps):
         the losses are computed after the epoch)."""
         loss = capi.Binding(self._loss_session)
         loss.bind_input("predicted", prediction)
-        loss.bind_input("expected", batch.values[1])
+        if self._scaled:
+            loss.bind_input("scaled_expected", batch.scaled_label)
+        else:
+            loss.bind_input("expected", batch.values[1])
         loss.bind_input("grad_scale", batch.grad_scale)
         if loss_out is not None:
             loss.bind_input("loss_scale", batch.loss_scale)
