@@ -74,6 +74,18 @@ class BaseLearningLoss(BaseEstimator):
         derivative is not (the default)."""
         return None
 
+    def scaled_gradient_node(
+        self, b: GraphBuilder, grad_scale: str, predicted: str, scaled_expected: str, **name
+    ) -> str:
+        """Add the gradient of a one-row batch, ``k (grad_scale p - scaled_expected)`` for
+        a loss of :meth:`derivative_slope` ``k``, as one ``Gemm`` of the (1, 1) scale by
+        the (1, c) prediction (``scaled_expected`` is the labels times the scale); return
+        its name (``name=`` chooses it)."""
+        slope = self.derivative_slope()
+        return b.op(
+            "Gemm", grad_scale, predicted, scaled_expected, alpha=slope, beta=-slope, **name
+        )
+
     def element_nodes(
         self, b: GraphBuilder, expected: str, predicted: str
     ) -> tuple[str, float, str]:
@@ -128,8 +140,7 @@ class BaseLearningLoss(BaseEstimator):
         """
         b = GraphBuilder(type(self).__name__)
         if scaled:
-            slope = self.derivative_slope()
-            if not gradient_only or slope is None:
+            if not gradient_only or self.derivative_slope() is None:
                 raise OrtBenchError(
                     "a loss graph reads scaled labels only for the gradient of a loss "
                     "linear in the prediction"
@@ -137,10 +148,7 @@ class BaseLearningLoss(BaseEstimator):
             predicted = b.input("predicted", [1, "C"])
             grad_scale = b.input("grad_scale", [1, 1])
             scaled_expected = b.input("scaled_expected", [1, "C"])
-            b.op(
-                "Gemm", grad_scale, predicted, scaled_expected,
-                alpha=slope, beta=-slope, name="loss_grad",
-            )  # fmt: skip
+            self.scaled_gradient_node(b, grad_scale, predicted, scaled_expected, name="loss_grad")
             b.output("loss_grad", [1, "C"])
             return b.to_model()
         expected = b.input("expected", ["N", "C"])

@@ -78,9 +78,7 @@ class LossHead(NamedTuple):
         weighted_sum_nodes(b, element, factor, self.loss_scale, loss_name, True, columns)
         if self.scaled_label is None:
             return b.op("Mul", derivative, self.grad_scale)
-        slope = self.loss.derivative_slope()
-        scale, scaled = self.grad_scale, self.scaled_label
-        return b.op("Gemm", scale, self.predicted, scaled, alpha=slope, beta=-slope)
+        return self.loss.scaled_gradient_node(b, self.grad_scale, self.predicted, self.scaled_label)
 
     @classmethod
     def of(cls, loss: BaseLearningLoss, penalty, **names: str) -> LossHead | None:
