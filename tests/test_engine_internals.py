@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gc
 import json
+import pickle
+import time
 
 import numpy as np
 import onnx
@@ -90,28 +92,115 @@ def test_flat_buffers_start_on_cache_lines_and_their_padding_stays_zero(
     ],
 )
 def test_auto_threads_follow_the_work_of_a_step(trainer, backend, pools, mlp_onnx):
-    """One intra-op thread below ONE_THREAD_WORK multiply-adds per step (or
-    TWO_POOLS_ONE_THREAD_WORK where two large sessions run in turn), the pool above."""
-    from ortbench.training.estimators.params import ONE_THREAD_WORK, TWO_POOLS_ONE_THREAD_WORK
+    """One intra-op thread below ONE_THREAD_WORK multiply-adds per step; both one thread
+    and the pool, to be timed, up to TIMED_THREADS_WORK on the CPU; the pool above. Where
+    the build cannot be timed (AdamW), the pool above ONE_THREAD_WORK (or
+    TWO_POOLS_ONE_THREAD_WORK where two large sessions run in turn)."""
+    from ortbench.training import LearningRateAdamW
+    from ortbench.training.estimators.params import (
+        ONE_THREAD_WORK,
+        TIMED_THREADS_WORK,
+        TWO_POOLS_ONE_THREAD_WORK,
+    )
 
     values = sum(w.size for w in trainer(mlp_onnx).initial_state().values())
     limit = ONE_THREAD_WORK if pools == 1 else TWO_POOLS_ONE_THREAD_WORK
 
-    def threads(batch_size, intra_op_threads="auto"):
+    def candidates(batch_size, intra_op_threads="auto", **settings):
         model = trainer(
-            mlp_onnx, batch_size=batch_size, intra_op_threads=intra_op_threads, backend=backend
+            mlp_onnx,
+            batch_size=batch_size,
+            intra_op_threads=intra_op_threads,
+            backend=backend,
+            **settings,
         )
         model._check_params()
         model._batch_rows = batch_size  # what fit sets, the rows of the data permitting
         model._prepare_model()
+        model.learning_rate_ = model._new_learning_rate()  # what fit sets before a build
         assert model._steps_class().large_sessions == pools
-        return model._choose_threads()
+        return model._thread_candidates()
 
-    assert threads(16) == 1
-    assert threads(limit // values) == 1
-    assert threads(limit // values + 1) is None
-    assert threads(1024, intra_op_threads=2) == 2
-    assert threads(1, intra_op_threads=None) is None
+    low, high = ONE_THREAD_WORK // values, TIMED_THREADS_WORK // values
+    assert candidates(16) == (1,)
+    assert candidates(low) == (1,)
+    assert candidates(low + 1) == (1, None)
+    assert candidates(high) == (1, None)
+    assert candidates(high + 1) == (None,)
+    adamw = dict(learning_rate=LearningRateAdamW(0.001))
+    assert candidates(low + 1, **adamw) == ((1,) if low + 1 <= limit // values else (None,))
+    assert candidates(limit // values + 1, **adamw) == (None,)
+    assert candidates(1024, intra_op_threads=2) == (2,)
+    assert candidates(1, intra_op_threads=None) == (None,)
+
+
+@pytest.mark.parametrize("slow", [1, None], ids=["one-thread-slow", "pool-slow"])
+def test_auto_threads_keep_the_build_whose_epochs_ran_faster(
+    slow, monkeypatch, regression, mlp_onnx
+):
+    """Between the limits, fit keeps the thread choice whose timed epochs were faster."""
+    from ortbench.training.estimators import params
+    from ortbench.training.estimators.fit_loop import FitLoop
+
+    X, y = regression
+    monkeypatch.setattr(params, "ONE_THREAD_WORK", 1)
+    build_on = FitLoop._build_on
+
+    def slowed_build_on(self, threads):
+        build_on(self, threads)
+        if threads == slow:
+            run_epoch = self._steps.run_epoch
+
+            def slow_run_epoch():
+                time.sleep(0.02)
+                return run_epoch()
+
+            self._steps.run_epoch = slow_run_epoch
+
+    monkeypatch.setattr(FitLoop, "_build_on", slowed_build_on)
+    model = FullTrainer(mlp_onnx, backend="portable", batch_size=16, max_iter=1).fit(X, y)
+    assert model.intra_op_threads_ == (None if slow == 1 else 1)
+    assert session_settings(model._steps._session)[0] == (0 if slow == 1 else 1)
+    unpickled = pickle.loads(pickle.dumps(model))  # rebuilt on the threads the fit chose
+    np.testing.assert_array_equal(unpickled.predict(X), model.predict(X))
+    assert session_settings(unpickled._steps._session)[0] == (0 if slow == 1 else 1)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "settings"),
+    [
+        (FullTrainer, dict(backend="portable")),
+        (FullTrainer, dict(backend="portable", epoch_loop=True)),
+        (ForwardBackwardTrainer, dict(backend="portable")),
+        pytest.param(FullTrainer, dict(backend="ort-training"), marks=pytest.mark.training_build),
+        pytest.param(
+            ForwardBackwardTrainer, dict(backend="ort-training"), marks=pytest.mark.training_build
+        ),
+    ],
+    ids=["fused", "loop", "split", "on-device", "agent"],
+)
+@pytest.mark.parametrize("momentum", [False, True], ids=["sgd", "nesterov"])
+def test_timing_the_threads_leaves_the_fit_of_the_threads_it_chose(
+    trainer, settings, momentum, monkeypatch, regression, mlp_onnx
+):
+    """The epochs that time both thread choices change nothing: the fit is the one the
+    chosen threads give when asked for, weights, momentum and shuffled batches alike."""
+    from ortbench.training.estimators import params
+
+    if momentum and settings["backend"] == "ort-training" and trainer is FullTrainer:
+        pytest.skip("on-device training has no momentum")
+    X, y = regression
+    monkeypatch.setattr(params, "ONE_THREAD_WORK", 1)
+    monkeypatch.setattr(params, "TIMED_THREADS_WORK", 2**40)
+    rate = (LearningRateSGDNesterov if momentum else LearningRateSGD)(0.05)
+    kwargs = dict(batch_size=16, max_iter=4, shuffle=True, random_state=0, learning_rate=rate)
+    timed = trainer(mlp_onnx, **kwargs, **settings).fit(X, y)
+    assert timed.intra_op_threads_ in (1, None)
+    asked = trainer(mlp_onnx, intra_op_threads=timed.intra_op_threads_, **kwargs, **settings)
+    asked.fit(X, y)
+    assert timed.train_losses_ == asked.train_losses_
+    for name, value in asked.get_state().items():
+        np.testing.assert_array_equal(timed.get_state()[name], value)
 
 
 def session_settings(session) -> tuple[int, str]:
@@ -192,6 +281,7 @@ def test_the_stacked_update_takes_the_pool_where_its_rows_outgrow_one_cache(
     assert update_threads(rows - 1, intra_op_threads=None) == 1
     monkeypatch.setattr(params, "ONE_THREAD_WORK", 1)
     monkeypatch.setattr(params, "TWO_POOLS_ONE_THREAD_WORK", 1)
+    monkeypatch.setattr(params, "TIMED_THREADS_WORK", 1)
     assert update_threads(rows - 1) == 1  # the step itself on the pool
 
 

@@ -37,9 +37,10 @@ validation_every : int, default=1
     Epochs between two scores of the validation data given to :meth:`fit`.
 intra_op_threads : 'auto', int or None, default='auto'
     Intra-op threads of the sessions that run the model: ``'auto'`` runs small steps
-    (batch size times trained values below ``ONE_THREAD_WORK``, or
-    ``TWO_POOLS_ONE_THREAD_WORK`` for the portable forward/backward steps) on one
-    thread and larger ones on onnxruntime's default pool, None that pool at any size.
+    (batch size times trained values below ``ONE_THREAD_WORK``) on one thread; on the
+    CPU, steps up to ``TIMED_THREADS_WORK`` run on one thread or on onnxruntime's
+    default pool, whichever ran a few batches faster when the fit built them (see
+    ``intra_op_threads_``), and larger ones on the pool. None: that pool at any size.
     Pool threads spin between kernels, but in the portable forward/backward steps; the
     small loss and update sessions run on one thread, but with ``'auto'`` the momentum
     update takes the pool where the step runs on one thread and the update's rows (five
@@ -64,7 +65,10 @@ train_losses_ : list of float
 validation_losses_ : list of float
     The validation loss, every ``validation_every`` epochs.
 n_iter_ : int
-    Epochs run.""",
+    Epochs run.
+intra_op_threads_ : int or None
+    The intra-op threads the model's sessions run on (None: onnxruntime's pool), what
+    ``intra_op_threads`` gave for this machine and step.""",
 }
 
 

@@ -19,6 +19,11 @@ from ..runtime.build import quiet_logs
 from ..runtime.sessions import SessionMaker
 from ..steps.batches import BatchLoader
 
+#: The batches, and the epochs over them, that time each thread choice of a build (see
+#: :meth:`FitLoop._keep_faster_build`).
+TIMED_BATCHES = 8
+TIMED_ROUNDS = 3
+
 
 class FitLoop:
     """The epochs of :meth:`fit`, over the step object the trainer builds."""
@@ -94,11 +99,11 @@ class FitLoop:
             self.learning_rate_ = self._new_learning_rate()
             if self.t_:
                 self.learning_rate_.update_learning_rate(self.t_)
-        if rebuild:
-            self._build_around(state, optimizer_state)
-        self._steps.set_learning_rate(self._step_rate(0))
         if w is None:
             w = np.ones(len(X), dtype=np.float32)
+        if rebuild:
+            self._build_around(state, optimizer_state, [X, Y, w])
+        self._steps.set_learning_rate(self._step_rate(0))
         loader = self._loader_for([X, Y, w], reuse=warm and not rebuild)
         self._predictor = None
         start = time.perf_counter()
@@ -191,19 +196,24 @@ class FitLoop:
             return None
         return self._steps.get_optimizer_state()
 
-    def _build_around(self, state, optimizer_state) -> None:
-        """Build the graphs and sessions, then load weights and optimizer state into them."""
-        spinning = self._steps_class().large_sessions == 1
-        threads = self._choose_threads()
-        self._sessions = SessionMaker(
-            self.device,
-            threads,
-            type(self).__name__,
-            spinning,
-            update_threads=self._choose_update_threads(threads),
-        )
+    def _build_around(self, state, optimizer_state, arrays=None) -> None:
+        """Build the graphs and sessions, then load weights and optimizer state into them.
+
+        With the training data ``arrays`` (X, y, weights), a build that may run on one
+        thread or on the pool (:meth:`_thread_candidates`) times both and keeps the faster
+        (:meth:`_keep_faster_build`); without them (an unpickled trainer) it runs on the
+        threads the fit chose, ``intra_op_threads_``.
+        """
         quiet_logs()
-        self._build()
+        if arrays is not None:
+            candidates = self._thread_candidates()
+        elif hasattr(self, "intra_op_threads_"):
+            candidates = (self.intra_op_threads_,)
+        else:
+            candidates = self._thread_candidates()[:1]
+        self._build_on(candidates[0])
+        if len(candidates) > 1:
+            self._keep_faster_build(candidates, arrays)
         self._built_key = self._build_key()
         self._loader = None
         if state is not None:
@@ -219,6 +229,50 @@ class FitLoop:
         if optimizer_state is not None:
             self._steps.set_optimizer_state(optimizer_state)
         self._predictor = None
+
+    def _build_on(self, threads: int | None) -> None:
+        """Build the step object with its sessions on ``threads`` intra-op threads."""
+        self._sessions = SessionMaker(
+            self.device,
+            threads,
+            type(self).__name__,
+            self._steps_class().large_sessions == 1,
+            update_threads=self._choose_update_threads(threads),
+        )
+        self._build()
+        self.intra_op_threads_ = threads
+
+    def _keep_faster_build(self, candidates: tuple[int | None, ...], arrays) -> None:
+        """Build the steps once per thread choice, time epochs over the first
+        :data:`TIMED_BATCHES` batches of the data on each in turn, and keep the build whose
+        fastest epoch was the fastest, its weights and optimizer state put back as built.
+
+        The first build is the current one. The timed epochs draw no random number, so
+        the fit's batches and trajectory do not depend on the choice."""
+        rows = min(len(arrays[0]), TIMED_BATCHES * self._batch_rows)
+        loader = BatchLoader([a[:rows] for a in arrays], self._batch_rows, self.device)
+        weights, optimizer_state = self._steps.get_state(), self._steps.get_optimizer_state()
+        builds = [(self._steps, self._sessions)]
+        for threads in candidates[1:]:
+            self._build_on(threads)
+            builds.append((self._steps, self._sessions))
+        best = [float("inf")] * len(builds)
+        for steps, _ in builds:
+            steps.set_learning_rate(self._step_rate(0))
+            steps.start_fit(loader)
+            steps.run_epoch()  # the first run of a session allocates its memory
+        for _ in range(TIMED_ROUNDS):
+            for i, (steps, _) in enumerate(builds):
+                start = time.perf_counter()
+                steps.run_epoch()
+                best[i] = min(best[i], time.perf_counter() - start)
+        fastest = best.index(min(best))
+        self._steps, self._sessions = builds[fastest]
+        self.intra_op_threads_ = candidates[fastest]
+        for name, value in weights.items():
+            self._steps.set(name, value)
+        if optimizer_state is not None:
+            self._steps.set_optimizer_state(optimizer_state)
 
     def _loader_for(self, arrays: list[np.ndarray], reuse: bool) -> BatchLoader:
         """The staged batches: the previous fit's, refilled, when a warm start allows it.

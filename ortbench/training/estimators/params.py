@@ -13,14 +13,14 @@ from sklearn.base import BaseEstimator
 
 from ..errors import NotFittedTrainerError, OrtBenchError
 from ..gradients.derivative import choose_backend
-from ..learning_rates import BaseLearningRate, LearningRateSGD
+from ..learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from ..runtime.devices import check_device
 from ..runtime.sessions import l2_cache_bytes
 
 #: Steps below this much work (batch size x trained values, about the multiply-adds of a
-#: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``, above it on
-#: onnxruntime's pool, whose threads spin between kernels: below it handing kernels to
-#: the pool costs more than it saves (measured on 2 cores, ``benchmarks/README.md``).
+#: forward pass) run on one intra-op thread when ``intra_op_threads='auto'``: below it
+#: handing kernels to onnxruntime's pool costs more than it saves (measured on 2 cores,
+#: ``benchmarks/README.md``). Above it, see :data:`TIMED_THREADS_WORK`.
 ONE_THREAD_WORK = 2**19
 
 
@@ -29,6 +29,17 @@ ONE_THREAD_WORK = 2**19
 #: threads would hold the cores the other pool's kernels need, and a pool that does not
 #: spin wins only from larger steps.
 TWO_POOLS_ONE_THREAD_WORK = 2**23
+
+
+#: Steps of more work than :data:`ONE_THREAD_WORK` and less than this, on the CPU, run on
+#: whichever of one thread and onnxruntime's pool (its threads spinning between kernels)
+#: was faster over a few batches timed when a fit builds them: which one wins there differs
+#: from one machine to the next (``benchmarks/README.md``, "One thread or the pool, timed
+#: by the fit"). Larger steps run on the pool.
+TIMED_THREADS_WORK = 2**24
+
+#: The most trained values a build is timed for: the timing holds two builds at once.
+TIMED_THREADS_VALUES = 2**20
 
 
 #: The rows of the stacked momentum update: weight and state of both parities, and the step
@@ -63,15 +74,33 @@ class TrainerParams(BaseEstimator):
         inits = self.model_.graph.initializer
         return sum(int(np.prod(i.dims)) for i in inits if i.name in self.weights_)
 
-    def _choose_threads(self) -> int | None:
+    def _thread_candidates(self) -> tuple[int | None, ...]:
+        """The intra-op threads a build may run its sessions on: one choice, or, with
+        ``'auto'`` between :data:`ONE_THREAD_WORK` and :data:`TIMED_THREADS_WORK` on the
+        CPU, one thread and the pool, which :meth:`fit` times before it keeps one."""
         threads = self.intra_op_threads
         if threads == "auto":
+            work = self._batch_rows * self._trained_values()
+            if work < ONE_THREAD_WORK:
+                return (1,)
+            if work < TIMED_THREADS_WORK and self._can_time_threads():
+                return (1, None)
             pools = self._steps_class().large_sessions
             limit = ONE_THREAD_WORK if pools == 1 else TWO_POOLS_ONE_THREAD_WORK
-            return 1 if self._batch_rows * self._trained_values() < limit else None
+            return (1,) if work < limit else (None,)
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise OrtBenchError(f"intra_op_threads must be 'auto', None or >= 1, got {threads!r}")
-        return threads
+        return (threads,)
+
+    def _can_time_threads(self) -> bool:
+        """Whether a build can time its steps and put every value back after: on the CPU,
+        up to :data:`TIMED_THREADS_VALUES` trained values, with an optimizer whose state the
+        steps hand out (not AdamW's, kept inside the runtime)."""
+        return (
+            self.device == "cpu"
+            and self._trained_values() <= TIMED_THREADS_VALUES
+            and not isinstance(self.learning_rate_, LearningRateAdamW)
+        )
 
     def _choose_update_threads(self, threads: int | None) -> int | None:
         """The stacked momentum update's threads, given the step's: one, but with
