@@ -29,6 +29,7 @@ MEASURED = [
     "validation_score",
     "runs_per_step",
     "ortvalues_per_step",
+    "intra_op_threads",
 ]
 
 #: Columns of results.csv, in order.
@@ -60,7 +61,7 @@ COLUMNS = [
     "kernel_pins",
 ]
 #: Columns that results.csv files written before them lack (read as empty).
-LATER_COLUMNS = ("jax_version", "kernels", "kernel_pins")
+LATER_COLUMNS = ("jax_version", "kernels", "kernel_pins", "intra_op_threads")
 
 RESULTS_CSV = "results.csv"
 RESULTS_JSONL = "results.jsonl"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import mmap
 import subprocess
 import sys
@@ -296,5 +297,9 @@ def test_engine_contenders_pass_their_thread_setting_to_the_trainer(threads):
         pytest.skip(reason)
     contender = make_contender("ort-fwbw", make_problem("mlp"), 16, "cpu")
     contender.intra_op_threads = threads
+    other = make_contender("sklearn-mlp-sgd", make_problem("mlp"), 16, "cpu")
+    assert math.isnan(other.fit(1).session_threads())
     contender.fit(1)
     assert contender.trainer._sessions.threads == threads
+    # what results.csv records: the threads, 0 for onnxruntime's pool
+    assert contender.session_threads() == (threads or 0)

@@ -49,6 +49,7 @@ def _row(problem: str, batch_size: int, contender: str, seconds: float) -> dict:
         seconds_per_fit_overhead=1e-3, peak_memory_mb=2.0, final_train_loss=0.5,
         validation_loss=0.6, validation_score=0.25, cpu_model="cpu",
         runs_per_step=math.nan if contender.startswith("sklearn") else 2.0,
+        intra_op_threads={"ort-full": 0, "ort-fwbw": 1}.get(contender, math.nan),
     )  # fmt: skip
     return row
 
@@ -163,6 +164,8 @@ def test_the_page_leads_with_its_answer_and_shows_each_row_once(tmp_path):
     headers = small[0]
     assert {"validation R²", "peak memory (MB)", "runtime runs per step"} <= set(headers)
     assert "new OrtValues per step" not in headers  # empty in every row
+    threads = {row[1]: row[headers.index("intra-op threads")] for row in small[1:]}
+    assert threads == {"sklearn-mlp-sgd": "", "ort-full": "pool", "ort-fwbw": "1"}
     # the reading order: the answer, the tables, the plots, the method (folded)
     order = [kind for kind, _ in page.events if kind in ("conclusion", "table", "img")]
     assert order == ["conclusion"] * 2 + ["table"] * 3 + ["img"] * 4 + ["table"]

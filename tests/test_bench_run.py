@@ -94,6 +94,11 @@ def test_results_schema(run_folder):
         "sklearn-mlp-sgd": pytest.approx(np.nan, nan_ok=True),
         **({"torch-sgd": pytest.approx(np.nan, nan_ok=True)} if TORCH else {}),
     }
+    assert ok.set_index("contender").intra_op_threads.to_dict() == {
+        "ort-full": 1.0,  # 8 x 1,071 multiply-adds a step: below ONE_THREAD_WORK
+        "sklearn-mlp-sgd": pytest.approx(np.nan, nan_ok=True),
+        **({"torch-sgd": pytest.approx(np.nan, nan_ok=True)} if TORCH else {}),
+    }
     assert (results.trained_values == 10 * 50 + 50 + 50 * 10 + 10 + 10 + 1).all()
     assert (results.onnxruntime_version == "1.19.2").all()
     assert (results.cpu_threads >= 1).all()

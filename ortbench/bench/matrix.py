@@ -294,6 +294,7 @@ def _finish(
     _check(interrupted)
     if counts is not None:
         row.update(runs_per_step=counts.runs_per_step, ortvalues_per_step=counts.ortvalues_per_step)
+    row["intra_op_threads"] = contender.session_threads()
     return CellResult(row, times, contender.loss_curve_)
 
 

@@ -309,7 +309,7 @@ def read_results(folder: str | Path) -> pd.DataFrame:
         raise OrtBenchError(f"{path} lacks the columns {', '.join(missing)}")
     for column in LATER_COLUMNS:
         if column not in results.columns:
-            results[column] = ""
+            results[column] = math.nan if column in MEASURED else ""
     for column in ["batch_size", "epochs", "steps", "repeat", *MEASURED]:
         if not pd.api.types.is_numeric_dtype(results[column]):
             raise OrtBenchError(f"{path}: column {column} holds values that are not numbers")

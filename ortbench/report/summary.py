@@ -145,6 +145,13 @@ def _number(value, form: str = ".4g") -> str:
     return "" if value is None or pd.isna(value) else f"{value:{form}}"
 
 
+def _threads(value) -> str:
+    """An engine cell's intra-op threads: a count, or "pool" for onnxruntime's (0)."""
+    if value is None or pd.isna(value):
+        return ""
+    return "pool" if value == 0 else f"{value:.0f}"
+
+
 def _section_table(rows: pd.DataFrame) -> Table:
     """Every column a reader needs, the empty ones left out."""
     baseline = group_baseline(rows)
@@ -166,6 +173,7 @@ def _section_table(rows: pd.DataFrame) -> Table:
             (score or "validation score (R² or accuracy)", True),
             ("runtime runs per step", True),
             ("new OrtValues per step", True),
+            ("intra-op threads", False),
         )
     }
     for row in rows.sort_values("batch_size", kind="stable").itertuples():
@@ -190,6 +198,7 @@ def _section_table(rows: pd.DataFrame) -> Table:
             _number(row.validation_score, ".3g"),
             _number(row.runs_per_step, ".3g"),
             _number(row.ortvalues_per_step, ".3g"),
+            _threads(row.intra_op_threads),
         ]
         for (_, values), cell in zip(columns.values(), cells):
             values.append(cell)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
 from typing import ClassVar
@@ -80,6 +81,11 @@ class Contender(ABC):
     def runtime_counts(self) -> RuntimeCounts | None:
         """onnxruntime calls and allocations per step, for contenders that run onnxruntime."""
         return None
+
+    def session_threads(self) -> float:
+        """The intra-op threads the fitted contender's onnxruntime sessions run on (0:
+        onnxruntime's pool), NaN for the other libraries."""
+        return math.nan
 
     @abstractmethod
     def _fit(self, epochs: int) -> list[float]:

@@ -90,6 +90,10 @@ class OrtContender(Contender):
             output = self.trainer.predict(X)
         return as_prediction(output, classifier)
 
+    def session_threads(self) -> float:
+        """The trainer's choice (``intra_op_threads_``), 0 for onnxruntime's pool."""
+        return self.trainer.intra_op_threads_ or 0
+
     def runtime_counts(self) -> RuntimeCounts:
         """Counts over one more epoch (call ``fit`` first)."""
         with count_runtime(self.trainer) as counts:
