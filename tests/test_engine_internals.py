@@ -166,6 +166,42 @@ def test_auto_threads_keep_the_build_whose_epochs_ran_faster(
     assert session_settings(unpickled._steps._session)[0] == (0 if slow == 1 else 1)
 
 
+def test_an_interrupted_timing_keeps_the_weights_and_the_momentum(
+    monkeypatch, regression, mlp_onnx
+):
+    """Ctrl-C while a warm start's new build is timed: the trainer keeps the weights and
+    optimizer state of before, and the next fit goes on from them."""
+    from ortbench.training.estimators import params
+    from ortbench.training.estimators.fit_loop import FitLoop
+
+    X, y = regression
+    monkeypatch.setattr(params, "ONE_THREAD_WORK", 1)
+    rate = LearningRateSGDNesterov(0.05)
+    model = FullTrainer(mlp_onnx, backend="portable", batch_size=16, max_iter=2, learning_rate=rate)
+    weights, velocity = model.fit(X, y).get_state(), model._steps.get_optimizer_state()
+    build_on = FitLoop._build_on
+
+    def interrupted_build_on(self, threads):
+        build_on(self, threads)
+        if threads is None:  # the second build, timed after the first
+
+            def interrupted():
+                raise KeyboardInterrupt
+
+            self._steps.run_epoch = interrupted
+
+    monkeypatch.setattr(FitLoop, "_build_on", interrupted_build_on)
+    model.set_params(warm_start=True, batch_size=8)  # a rebuild, timed
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(X, y)
+    for name, value in model.get_state().items():
+        np.testing.assert_array_equal(value, weights[name])
+    for kept, before in zip(model._steps.get_optimizer_state(), velocity):
+        np.testing.assert_array_equal(kept, before)
+    monkeypatch.setattr(FitLoop, "_build_on", build_on)
+    assert len(model.fit(X, y).train_losses_) == 4
+
+
 @pytest.mark.parametrize(
     ("trainer", "settings"),
     [

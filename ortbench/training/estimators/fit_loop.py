@@ -200,9 +200,9 @@ class FitLoop:
         """Build the graphs and sessions, then load weights and optimizer state into them.
 
         With the training data ``arrays`` (X, y, weights), a build that may run on one
-        thread or on the pool (:meth:`_thread_candidates`) times both and keeps the faster
-        (:meth:`_keep_faster_build`); without them (an unpickled trainer) it runs on the
-        threads the fit chose, ``intra_op_threads_``.
+        thread or on the pool (:meth:`_thread_candidates`) is then timed both ways, and the
+        faster kept (:meth:`_keep_faster_build`); without them (an unpickled trainer) it
+        runs on the threads the fit chose, ``intra_op_threads_``.
         """
         quiet_logs()
         if arrays is not None:
@@ -212,8 +212,6 @@ class FitLoop:
         else:
             candidates = self._thread_candidates()[:1]
         self._build_on(candidates[0])
-        if len(candidates) > 1:
-            self._keep_faster_build(candidates, arrays)
         self._built_key = self._build_key()
         self._loader = None
         if state is not None:
@@ -228,6 +226,8 @@ class FitLoop:
             self.set_state(state)
         if optimizer_state is not None:
             self._steps.set_optimizer_state(optimizer_state)
+        if len(candidates) > 1:
+            self._keep_faster_build(candidates, arrays)
         self._predictor = None
 
     def _build_on(self, threads: int | None) -> None:
@@ -243,36 +243,40 @@ class FitLoop:
         self.intra_op_threads_ = threads
 
     def _keep_faster_build(self, candidates: tuple[int | None, ...], arrays) -> None:
-        """Build the steps once per thread choice, time epochs over the first
-        :data:`TIMED_BATCHES` batches of the data on each in turn, and keep the build whose
-        fastest epoch was the fastest, its weights and optimizer state put back as built.
+        """Build the steps once more per other thread choice, time epochs over the first
+        :data:`TIMED_BATCHES` batches of the data on each build in turn, and keep the one
+        whose fastest epoch was the fastest, with the weights and optimizer state the
+        current build had before (the first build with them where interrupted).
 
         The first build is the current one. The timed epochs draw no random number, so
         the fit's batches and trajectory do not depend on the choice."""
         rows = min(len(arrays[0]), TIMED_BATCHES * self._batch_rows)
         loader = BatchLoader([a[:rows] for a in arrays], self._batch_rows, self.device)
         weights, optimizer_state = self._steps.get_state(), self._steps.get_optimizer_state()
-        builds = [(self._steps, self._sessions)]
-        for threads in candidates[1:]:
-            self._build_on(threads)
-            builds.append((self._steps, self._sessions))
-        best = [float("inf")] * len(builds)
-        for steps, _ in builds:
-            steps.set_learning_rate(self._step_rate(0))
-            steps.start_fit(loader)
-            steps.run_epoch()  # the first run of a session allocates its memory
-        for _ in range(TIMED_ROUNDS):
-            for i, (steps, _) in enumerate(builds):
-                start = time.perf_counter()
-                steps.run_epoch()
-                best[i] = min(best[i], time.perf_counter() - start)
-        fastest = best.index(min(best))
-        self._steps, self._sessions = builds[fastest]
-        self.intra_op_threads_ = candidates[fastest]
-        for name, value in weights.items():
-            self._steps.set(name, value)
-        if optimizer_state is not None:
-            self._steps.set_optimizer_state(optimizer_state)
+        builds = [(self._steps, self._sessions, candidates[0])]
+        best: list[float] = []
+        try:
+            for threads in candidates[1:]:
+                self._build_on(threads)
+                builds.append((self._steps, self._sessions, threads))
+            for steps, _, _ in builds:
+                steps.set_learning_rate(self._step_rate(0))
+                steps.start_fit(loader)
+                steps.run_epoch()  # the first run of a session allocates its memory
+            times = [[] for _ in builds]
+            for _ in range(TIMED_ROUNDS):
+                for (steps, _, _), spent in zip(builds, times):
+                    start = time.perf_counter()
+                    steps.run_epoch()
+                    spent.append(time.perf_counter() - start)
+            best = [min(spent) for spent in times]
+        finally:  # interrupted, the first build, with the values it had
+            fastest = best.index(min(best)) if best else 0
+            self._steps, self._sessions, self.intra_op_threads_ = builds[fastest]
+            for name, value in weights.items():
+                self._steps.set(name, value)
+            if optimizer_state is not None:
+                self._steps.set_optimizer_state(optimizer_state)
 
     def _loader_for(self, arrays: list[np.ndarray], reuse: bool) -> BatchLoader:
         """The staged batches: the previous fit's, refilled, when a warm start allows it.
