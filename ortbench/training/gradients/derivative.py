@@ -17,6 +17,7 @@ from ..errors import ArgumentTypeError, OrtBenchError
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
 from ..graphs.nodes import rewrite_linear_nodes
+from ..graphs.outputs import select_outputs
 from ..graphs.weights import check_weight_names, trainable_initializers, weights_as_inputs
 from ..runtime import capi
 from ..runtime.build import check_training_build, quiet_logs, runtime_problem
@@ -45,13 +46,16 @@ class DerivativeOptions(enum.IntFlag):
     ``KeepYieldOp`` (alone): onnxruntime-training's forward/backward graph as its builder
     makes it, with the YieldOp node between both passes; ``KeepOutputs``: the model's
     outputs follow the gradients; ``FillGrad`` (with ``KeepOutputs``, as the seed
-    requires): the upstream gradient is ones instead of an input.
+    requires): the upstream gradient is ones instead of an input. ``Loss`` (the seed's
+    value 5, not a combination): the gradient graph of the outputs ``label`` names, saved
+    to a file (see :func:`onnx_derivative`).
     """
 
     Zero = 0
     KeepYieldOp = 1
     KeepOutputs = 2
     FillGrad = 4
+    Loss = 5
 
 
 def _check_options(options) -> DerivativeOptions:
@@ -86,6 +90,9 @@ def onnx_derivative(
     fill_grad: bool = False,
     options: DerivativeOptions | None = None,
     backend: str | None = None,
+    loss: str | None = None,
+    label: str | list[str] | None = None,
+    path_name: str | None = None,
 ) -> onnx.ModelProto:
     """The gradient graph of a model with respect to its weights and/or inputs.
 
@@ -115,6 +122,13 @@ def onnx_derivative(
         training-only kernels); ``'portable'`` builds it from standard operators only
         (:mod:`ortbench.training.gradients.portable`), runnable by any onnxruntime build. The
         default is ort-training where it is installed, else portable.
+    loss, label, path_name : str, optional
+        With ``options=DerivativeOptions.Loss`` only, and then required, as the seed's
+        onnxruntime builder took them: ``label`` names the float outputs (one or a list)
+        whose gradient is built, with ones as upstream gradient, with respect to the float
+        inputs not so named (``inputs`` by default) and no weight (``weights`` must be
+        None); the graph keeps those outputs and is saved to ``path_name``; ``loss`` is
+        the name the seed gave its builder's loss, a string that changes nothing.
 
     Returns
     -------
@@ -133,6 +147,12 @@ def onnx_derivative(
         When ``options`` is not a ``DerivativeOptions``.
     """
     backend = choose_backend(backend)
+    if options is DerivativeOptions.Loss:
+        if weights is not None:
+            raise OrtBenchError("DerivativeOptions.Loss differentiates inputs only: weights=None")
+        return _derivative_of_named_outputs(onx, inputs, backend, loss, label, path_name)
+    if (loss, label, path_name) != (None, None, None):
+        raise OrtBenchError("loss, label and path_name go with options=DerivativeOptions.Loss")
     yield_op = False
     if options is not None:
         options = _check_options(options)
@@ -198,6 +218,31 @@ def onnx_derivative(
     grad = onnx.load_model_from_string(builder.get_model())
     _rename_upstream(grad, [o.name for o in outputs])
     _keep_outputs(grad, wanted)
+    return grad
+
+
+def _derivative_of_named_outputs(onx, inputs, backend, loss, label, path_name):
+    """:func:`onnx_derivative` with ``DerivativeOptions.Loss``: the seed's checks, then the
+    gradient of the outputs ``label`` names (upstream ones) with the outputs kept, saved."""
+    if path_name is None:
+        raise OrtBenchError("DerivativeOptions.Loss saves the graph: give path_name, a file")
+    if label is None:
+        raise OrtBenchError("DerivativeOptions.Loss needs label, the outputs to differentiate")
+    if not isinstance(loss, str):
+        raise OrtBenchError(f"DerivativeOptions.Loss needs loss, a name, got {loss!r}")
+    model = rewrite_linear_nodes(onx)
+    labels = [label] if isinstance(label, str) else list(label)
+    floats = [o.name for o in model.graph.output if o.type.tensor_type.elem_type == 1]
+    for name in labels:
+        if name not in floats:
+            raise OrtBenchError(f"label {name!r} is not a float output: expected among {floats}")
+    model = select_outputs(model, labels)
+    if inputs is None:
+        inputs = [i.name for i in model.graph.input if i.type.tensor_type.elem_type == 1]
+    inputs = [name for name in inputs if name not in labels]
+    options = DerivativeOptions.KeepOutputs | DerivativeOptions.FillGrad
+    grad = onnx_derivative(model, [], inputs, options=options, backend=backend)
+    onnx.save(grad, path_name)
     return grad
 
 
