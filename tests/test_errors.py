@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
-from helpers import cpu_build_only
+from helpers import cpu_build_only, fitted_mlp
 from onnx import helper
+from skl2onnx import to_onnx
 
 from ortbench.training import (
     ForwardBackwardTrainer,
@@ -94,6 +98,35 @@ def test_bad_data(trainer, regression, mlp_onnx, X_change, y_change, match):
     y = y_change(y) if y_change else y
     with raises_one_line(match):
         trainer(mlp_onnx).fit(X, y)
+
+
+def test_targets_stacked_by_a_final_reshape_name_the_tensor_to_train(trainer, regression, mlp_onnx):
+    """skl2onnx's MLPRegressor converter ends a two-target model with Reshape(-1, 1), one
+    column for both: the error names the tensor before it, which holds scikit-learn's two
+    predictions, and the model cut there trains. A one-target model given two columns gets
+    no such advice."""
+    X, y = regression
+    Y = np.c_[y, -y]
+    onx = to_onnx(fitted_mlp(X, Y), X[:1])
+    with raises_one_line(r"y has 2 columns, the model outputs 1: its last node reshapes") as e:
+        trainer(onx).fit(X, Y)
+    name = re.search(r"reshapes '([^']+)' to \(-1, 1\)", str(e.value)).group(1)
+    assert "onnx.utils.Extractor" in str(e.value)
+    cut = onnx.utils.Extractor(onx).extract_model([onx.graph.input[0].name], [name])
+    session = onnxruntime.InferenceSession(
+        cut.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    np.testing.assert_allclose(
+        session.run(None, {onx.graph.input[0].name: X})[0],
+        fitted_mlp(X, Y).predict(X),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    losses = trainer(cut, learning_rate=LearningRateSGD(0.01), max_iter=3).fit(X, Y).train_losses_
+    assert losses[-1] < losses[0]
+    with raises_one_line("y has 2 columns, the model outputs 1") as e:
+        trainer(mlp_onnx).fit(X, Y)
+    assert str(e.value).endswith("the model outputs 1")
 
 
 def test_bad_sample_weight(trainer, regression, mlp_onnx):

@@ -9,7 +9,7 @@ import onnx
 from sklearn.base import clone
 
 from ..errors import OrtBenchError
-from ..graphs.batch_axis import free_batch_axis
+from ..graphs.batch_axis import flattening_reshape, free_batch_axis
 from ..graphs.nodes import rewrite_linear_nodes
 from ..graphs.outputs import classifier_output, select_outputs, training_output
 from ..graphs.shapes import check_shapes, data_input, drop_noop_copies
@@ -138,13 +138,25 @@ class ModelPreparation:
             if columns is not None and Y.shape[1] != columns:
                 raise OrtBenchError(
                     f"y has {Y.shape[1]} columns, the model outputs {columns}"
-                    + (
-                        ": class labels train with the log loss (NegLogLearningLoss)"
-                        if columns > 1 and np.issubdtype(y.dtype, np.integer)
-                        else ""
-                    )
+                    + self._columns_hint(y, Y.shape[1], columns)
                 )
         return Y
+
+    def _columns_hint(self, y: np.ndarray, targets: int, columns: int) -> str:
+        """What to do when y's columns are not the model's: integer labels want a
+        classifier's loss; several targets flattened by a final Reshape want it gone."""
+        if columns > 1 and np.issubdtype(y.dtype, np.integer):
+            return ": class labels train with the log loss (NegLogLearningLoss)"
+        output = training_output(self._train_model)
+        flattened = flattening_reshape(self._train_model, output) if columns == 1 else None
+        if targets > 1 and flattened is not None:
+            return (
+                f": its last node reshapes {flattened!r} to (-1, 1), one column for all "
+                f"targets (skl2onnx's MLPRegressor converter writes it whatever their "
+                f"number); train the model without it, ending at {flattened!r} (onnx."
+                f"utils.Extractor), or one target per model"
+            )
+        return ""
 
     def _one_hot(self, y: np.ndarray, width: int) -> np.ndarray:
         """Float labels of the trained output's width: one column per class, or the

@@ -30,7 +30,7 @@ def _free(value: onnx.ValueInfoProto, batch: int) -> None:
         dims[0].dim_param = BATCH
 
 
-def _constant_shapes(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+def constant_shapes(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """Integer constants by name: initializers and Constant nodes' ``value``."""
     shapes = {
         i.name: numpy_helper.to_array(i)
@@ -70,7 +70,7 @@ def _free_shape(shape: np.ndarray, batch: int) -> np.ndarray | None:
 
 def _rewrite_reshapes(graph: onnx.GraphProto, batch: int) -> None:
     """Point every Reshape whose constant shape holds the batch at a freed copy."""
-    constants = _constant_shapes(graph)
+    constants = constant_shapes(graph)
     added = []
     for node in graph.node:
         if node.op_type != "Reshape" or len(node.input) < 2 or node.input[1] not in constants:
@@ -84,6 +84,24 @@ def _rewrite_reshapes(graph: onnx.GraphProto, batch: int) -> None:
         added.append(numpy_helper.from_array(freed, name))
         node.input[1] = name
     graph.initializer.extend(added)
+
+
+def flattening_reshape(model: onnx.ModelProto, output: str) -> str | None:
+    """The tensor of two or more columns that a last ``Reshape`` to ``(-1, 1)`` turns into
+    ``output``, or None.
+
+    skl2onnx's MLPRegressor converter ends with that node whatever the number of targets:
+    with two or more, it stacks their columns into one."""
+    producer = next((n for n in model.graph.node if output in n.output), None)
+    if producer is None or producer.op_type != "Reshape" or len(producer.input) < 2:
+        return None
+    shape = constant_shapes(model.graph).get(producer.input[1])
+    if shape is None or shape.tolist() != [-1, 1]:
+        return None
+    inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
+    source = next((v for v in inferred if v.name == producer.input[0]), None)
+    dims = source.type.tensor_type.shape.dim if source is not None else []
+    return producer.input[0] if len(dims) == 2 and dims[1].dim_value > 1 else None
 
 
 def _pinning_node(model: onnx.ModelProto, data: str, batch: int) -> onnx.NodeProto | None:
