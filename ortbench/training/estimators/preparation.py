@@ -9,9 +9,14 @@ import onnx
 from sklearn.base import clone
 
 from ..errors import OrtBenchError
-from ..graphs.batch_axis import flattening_reshape, free_batch_axis
+from ..graphs.batch_axis import free_batch_axis
 from ..graphs.nodes import rewrite_linear_nodes
-from ..graphs.outputs import classifier_output, select_outputs, training_output
+from ..graphs.outputs import (
+    classifier_output,
+    flattening_reshape,
+    select_outputs,
+    training_output,
+)
 from ..graphs.shapes import check_shapes, data_input, drop_noop_copies
 from ..graphs.weights import (
     check_weight_names,

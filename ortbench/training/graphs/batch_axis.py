@@ -86,24 +86,6 @@ def _rewrite_reshapes(graph: onnx.GraphProto, batch: int) -> None:
     graph.initializer.extend(added)
 
 
-def flattening_reshape(model: onnx.ModelProto, output: str) -> str | None:
-    """The tensor of two or more columns that a last ``Reshape`` to ``(-1, 1)`` turns into
-    ``output``, or None.
-
-    skl2onnx's MLPRegressor converter ends with that node whatever the number of targets:
-    with two or more, it stacks their columns into one."""
-    producer = next((n for n in model.graph.node if output in n.output), None)
-    if producer is None or producer.op_type != "Reshape" or len(producer.input) < 2:
-        return None
-    shape = constant_shapes(model.graph).get(producer.input[1])
-    if shape is None or shape.tolist() != [-1, 1]:
-        return None
-    inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
-    source = next((v for v in inferred if v.name == producer.input[0]), None)
-    dims = source.type.tensor_type.shape.dim if source is not None else []
-    return producer.input[0] if len(dims) == 2 and dims[1].dim_value > 1 else None
-
-
 def _pinning_node(model: onnx.ModelProto, data: str, batch: int) -> onnx.NodeProto | None:
     """The first node that turns a tensor of symbolic rows computed from the data into
     static ones with a dimension the batch divides: what still fixes the batch. (A node

@@ -10,6 +10,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import OrtBenchError
+from .batch_axis import constant_shapes
 from .nodes import ancestors, subgraph_reads, unique_name
 from .shapes import inferred_shapes
 from .weights import FLOAT_TYPES, trainable_initializers
@@ -124,6 +125,22 @@ def static_width(onx: onnx.ModelProto, name: str) -> int | None:
     except onnx.shape_inference.InferenceError:
         return None
     return shape[1] if shape is not None and len(shape) == 2 else None
+
+
+def flattening_reshape(model: onnx.ModelProto, output: str) -> str | None:
+    """The tensor of two or more columns that a last ``Reshape`` to ``(-1, 1)`` turns into
+    ``output``, or None.
+
+    skl2onnx's MLPRegressor converter ends with that node whatever the number of targets:
+    with two or more, it stacks their columns into one."""
+    producer = next((n for n in model.graph.node if output in n.output), None)
+    if producer is None or producer.op_type != "Reshape" or len(producer.input) < 2:
+        return None
+    shape = constant_shapes(model.graph).get(producer.input[1])
+    if shape is None or shape.tolist() != [-1, 1]:
+        return None
+    width = static_width(model, producer.input[0])
+    return producer.input[0] if width is not None and width > 1 else None
 
 
 def select_outputs(onx: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
