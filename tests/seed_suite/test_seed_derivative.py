@@ -61,6 +61,10 @@ def test_the_loss_option_differentiates_the_labelled_output_and_saves_it(
         (dict(label="variable", path_name="g.onnx"), "needs loss, a name"),
         (dict(label="nothing", loss="loss", path_name="g.onnx"), "'nothing' is not a float output"),
         (dict(label="variable", loss="loss", path_name="g.onnx", weights=[]), "weights=None"),
+        (
+            dict(label="variable", loss="loss", path_name="no/such/folder/g.onnx"),
+            "cannot write the gradient graph to .*g.onnx: No such file or directory",
+        ),
     ],
 )
 def test_the_loss_option_refuses_what_the_seed_refused(arguments, message, mlp_onnx, tmp_path):

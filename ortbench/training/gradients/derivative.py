@@ -242,7 +242,12 @@ def _derivative_of_named_outputs(onx, inputs, backend, loss, label, path_name):
     inputs = [name for name in inputs if name not in labels]
     options = DerivativeOptions.KeepOutputs | DerivativeOptions.FillGrad
     grad = onnx_derivative(model, [], inputs, options=options, backend=backend)
-    onnx.save(grad, path_name)
+    try:
+        onnx.save(grad, path_name)
+    except OSError as e:
+        raise OrtBenchError(
+            f"cannot write the gradient graph to {path_name}: {e.strerror or e}"
+        ) from None
     return grad
 
 
