@@ -196,7 +196,7 @@ class FitLoop:
             return None
         return self._steps.get_optimizer_state()
 
-    def _build_around(self, state, optimizer_state, arrays=None) -> None:
+    def _build_around(self, state, optimizer_state, arrays: list[np.ndarray] | None = None) -> None:
         """Build the graphs and sessions, then load weights and optimizer state into them.
 
         With the training data ``arrays`` (X, y, weights), a build that may run on one
@@ -242,7 +242,9 @@ class FitLoop:
         self._build()
         self.intra_op_threads_ = threads
 
-    def _keep_faster_build(self, candidates: tuple[int | None, ...], arrays) -> None:
+    def _keep_faster_build(
+        self, candidates: tuple[int | None, ...], arrays: list[np.ndarray]
+    ) -> None:
         """Build the steps once more per other thread choice, time epochs over the first
         :data:`TIMED_BATCHES` batches of the data on each build in turn, and keep the one
         whose fastest epoch was the fastest, with the weights and optimizer state the
