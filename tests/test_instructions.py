@@ -37,6 +37,7 @@ from ortbench.bench.matrix import QUICK, BenchConfig, Cell
 from ortbench.bench.store import KEYS, RESULTS_JSONL, ResultsWriter, read_records
 from ortbench.cli import _parser, main
 from ortbench.commands.ab import ab_config
+from ortbench.errors import OrtBenchError
 from ortbench.profiling import pyspy
 from ortbench.profiling.callgrind import read_instructions
 from ortbench.profiling.driver import CALLGRIND_FILE
@@ -337,9 +338,10 @@ def test_profile_writes_the_counted_fit_as_callgrind_writes_it(tmp_path, monkeyp
     per function too."""
     monkeypatch.setattr("ortbench.commands.profile.DEFAULT_CACHE", tmp_path / "cache")
     monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)  # not what this test looks at
-    argv = ["profile", CELL.contender, "--epochs", "1", "--instructions", "--out", str(tmp_path)]
+    monkeypatch.chdir(tmp_path)  # a relative --out: the worker runs in the checkout
+    argv = ["profile", CELL.contender, "--epochs", "1", "--instructions", "--out", "runs"]
     assert main(argv) == 0
-    (run,) = [p for p in tmp_path.iterdir() if p.is_dir() and p.name != "cache"]
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     folder = run / f"profile-{CELL.contender}"
     dump = folder / CALLGRIND_FILE
     label, _ = totals(dump)
@@ -364,3 +366,26 @@ def test_profile_writes_the_counted_fit_as_callgrind_writes_it(tmp_path, monkeyp
     # the worker's log, its other counted fits and their folder are gone
     assert [p.name for p in folder.rglob("*callgrind*")] == [CALLGRIND_FILE]
     assert [p.name for p in folder.iterdir() if p.is_dir()] == ["onnxruntime"]
+
+
+def test_a_profile_whose_count_failed_says_so_and_keeps_the_workers_log(
+    tmp_path, monkeypatch, capsys
+):
+    """``--instructions`` that counted nothing ends the profile with status 1 and a line
+    naming the problem; the worker's folder, whose log the problem names, is kept."""
+    monkeypatch.setattr("ortbench.commands.profile.client_library", lambda cache: cache)
+    monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)
+
+    def stopped(group, config, client, folder, user):
+        (folder / "worker.log").write_text("valgrind: cannot start\n", encoding="utf-8")
+        raise OrtBenchError(f"the BASE worker stopped: cannot start (log: {folder / 'worker.log'})")
+
+    monkeypatch.setattr("ortbench.profiling.driver.count_here", stopped)
+    argv = ["profile", CELL.contender, "--epochs", "1", "--instructions", "--out", str(tmp_path)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("ortbench profile: --instructions counted nothing: the BASE worker")
+    logged = Path(err[-1].split("(log: ")[1].rstrip(")"))
+    assert logged.read_text(encoding="utf-8") == "valgrind: cannot start\n"
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert logged.is_relative_to(run)

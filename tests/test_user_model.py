@@ -356,3 +356,21 @@ def test_bad_input_is_one_line_before_any_cell(tmp_path, capsys, command):
         assert err.count("\n") == 1 and err.startswith("ortbench: error: "), err
         assert all(part in err for part in expected), (expected, err)
     assert not out.exists() or not any(out.iterdir())  # no run folder
+
+
+def test_the_files_of_the_command_line_are_found_from_any_directory(tmp_path, monkeypatch):
+    """``--model``/``--data`` given relative to the user's directory reach ``ab``'s and the
+    profilers' workers, which run in other directories, as absolute paths."""
+    import argparse
+
+    monkeypatch.chdir(tmp_path)
+    options = argparse.Namespace(
+        model="m.onnx", data=["d.npz", "sub/e.npz"], target=None, sample_weight=None,
+        weights=None, loss=None,
+    )  # fmt: skip
+    user = UserFiles.from_options(options)
+    assert user.model == str(tmp_path / "m.onnx")
+    assert user.data == (str(tmp_path / "d.npz"), str(tmp_path / "sub" / "e.npz"))
+    assert user.names == ("m.onnx", "d.npz+e.npz")
+    monkeypatch.chdir("/")
+    assert UserFiles.from_json(user.to_json()) == user

@@ -167,7 +167,8 @@ class CountingWorker(Worker):
 
     def __init__(self, name: str, side: Checkout, log: Path, client: Path):
         self.client = client
-        self.dumps = log.with_name(f"callgrind-{name}.out")
+        # absolute: valgrind runs in the side's tree, not in this process' directory
+        self.dumps = log.absolute().with_name(f"callgrind-{name}.out")
         self._dumped = 0
         launcher = [
             "valgrind",

@@ -19,6 +19,7 @@ files (X, y and optionally the sample weights, in that order), ``.csv`` and
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,9 +67,9 @@ class UserFiles:
             return None
         if options.model is None or options.data is None:
             raise OrtBenchError("--model and --data go together: give both")
-        return cls(
-            options.model,
-            tuple(options.data),
+        return cls(  # absolute: workers run in other directories
+            os.path.abspath(options.model),
+            tuple(os.path.abspath(d) for d in options.data),
             options.target,
             options.sample_weight,
             tuple(options.weights) if options.weights else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from ..bench.checkouts import DEFAULT_CACHE
@@ -24,6 +25,7 @@ from ..bench.user_model import UserFiles, load_user_problem
 from ..errors import OrtBenchError
 from ..profiling.driver import ProfileRequest, profile
 from ..report.html import write_index
+from ..schema import PROFILE_JSON
 from . import EXIT_INTERRUPTED, RUNTIME_COMMANDS
 from .bench import add_own_model_options
 from .options import count, fraction
@@ -90,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
     index = write_index(folder)
     print((profile_folder / "profile.md").read_text(encoding="utf-8"))
     print(f"ortbench profile: {index} written", file=sys.stderr)
+    info = json.loads((profile_folder / PROFILE_JSON).read_text(encoding="utf-8"))
+    if info.get("instructions_problem"):  # asked for and not counted: the run did not do it all
+        problem = info["instructions_problem"]
+        print(f"ortbench profile: --instructions counted nothing: {problem}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -20,7 +20,6 @@ import json
 import math
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,6 +52,8 @@ RUNTIME_STEPS = 500
 #: The callgrind file of ``--instructions``: its name is one that KCachegrind's file
 #: dialog lists.
 CALLGRIND_FILE = "callgrind.out.steps"
+#: The callgrind worker's folder in the profile's folder (its log and counts).
+CALLGRIND_WORK = "callgrind"
 
 
 @dataclass
@@ -269,18 +270,20 @@ def _instruction_profile(
                 request.device)  # fmt: skip
     config = BenchConfig(contenders=(cell.contender,), epochs=epochs, repeat=1)
     user = request.user and UserFiles.from_json(request.user)
-    with tempfile.TemporaryDirectory(dir=folder) as work:
-        try:
-            (result,), dump = count_here([cell], config, client, Path(work), user)
-        except OrtBenchError as e:
-            result, problem = None, str(e)
-        else:
-            problem = None if result.ok else result.row["status"]
-        if problem:
-            info["instructions_problem"] = problem
-            return f"callgrind: no count: {problem}"
-        kept = folder / CALLGRIND_FILE
-        shutil.move(dump, kept)
+    work = folder / CALLGRIND_WORK  # kept when the count fails: the error names its log
+    work.mkdir()
+    try:
+        (result,), dump = count_here([cell], config, client, work, user)
+    except OrtBenchError as e:
+        result, problem = None, str(e)
+    else:
+        problem = None if result.ok else result.row["status"]
+    if problem:
+        info["instructions_problem"] = problem
+        return f"callgrind: no count: {problem}"
+    kept = folder / CALLGRIND_FILE
+    shutil.move(dump, kept)
+    shutil.rmtree(work)
     long_epochs = SHORT_EPOCHS + epochs
     steps = long_epochs * result.row["steps"] // epochs
     per_step = result.details[PER_STEP]
