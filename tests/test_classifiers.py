@@ -116,3 +116,30 @@ def test_classifier_with_default_settings_matches_scikit_learn(case, trainer, ba
     proba = model.predict_proba(X_test)
     np.testing.assert_allclose(proba.sum(axis=1), 1, rtol=1e-5)
     np.testing.assert_array_equal(model.predict(X_test), model.classes_[proba.argmax(axis=1)])
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_model_selection_splits_a_classifier_graph_into_stratified_folds(trainer):
+    """scikit-learn's model selection tells a classifier graph from a regressor graph, as
+    it tells ``MLPClassifier`` from ``MLPRegressor``: iris's sorted labels are split into
+    stratified folds, each of which holds the three classes the graph outputs."""
+    from sklearn.base import is_classifier, is_regressor
+    from sklearn.datasets import load_iris
+    from sklearn.model_selection import cross_validate
+    from sklearn.neural_network import MLPRegressor
+
+    X, y = load_iris(return_X_y=True)
+    X = X.astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        classifier = MLPClassifier(hidden_layer_sizes=(4,), max_iter=5, random_state=0)
+        regressor = MLPRegressor(hidden_layer_sizes=(4,), max_iter=5, random_state=0)
+        classifier.fit(X, y)
+        regressor.fit(X, X[:, 0])
+    model = trainer(to_onnx(classifier, X[:1], options={"zipmap": False}), max_iter=2)
+    assert is_classifier(model) and not is_regressor(model)
+    scores = cross_validate(model, X, y, cv=2, error_score="raise")["test_score"]
+    assert scores.shape == (2,) and np.all((scores >= 0) & (scores <= 1))
+    assert is_regressor(trainer(to_onnx(regressor, X[:1]), max_iter=2))
+    unusable = trainer(b"not a model", max_iter=2)  # fit says why; the tags stay unset
+    assert not is_classifier(unusable) and not is_regressor(unusable)

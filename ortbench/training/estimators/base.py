@@ -12,6 +12,10 @@ binds them over the staged batches and runs the epochs. Everything else is one p
 
 from __future__ import annotations
 
+from sklearn.base import clone
+from sklearn.utils import ClassifierTags, RegressorTags, Tags
+
+from ...errors import OrtBenchError
 from ..losses import BaseLearningLoss
 from ..steps.protocol import Steps
 from .fit_loop import FitLoop
@@ -25,6 +29,37 @@ class BaseTrainer(FitLoop, ModelPreparation, PredictionExport, TrainerParams):
 
     #: The step object of the last build (see :mod:`ortbench.training.steps.protocol`).
     _steps: Steps
+
+    def __sklearn_tags__(self) -> Tags:
+        """scikit-learn's tags: a classifier for a classifier graph trained on a
+        classification loss, a regressor for another model.
+
+        ``is_classifier`` reads them, and through it ``cross_validate`` and
+        ``GridSearchCV``, which then split a classifier's rows into stratified folds.
+        Before a fit they come from the model as :meth:`fit` would prepare it; a model
+        or parameter :meth:`fit` would refuse leaves the type unset.
+        """
+        tags = super().__sklearn_tags__()
+        classifier = self._classifies()
+        if classifier is True:
+            tags.estimator_type, tags.classifier_tags = "classifier", ClassifierTags()
+        elif classifier is False:
+            tags.estimator_type, tags.regressor_tags = "regressor", RegressorTags()
+        return tags
+
+    def _classifies(self) -> bool | None:
+        """True for a classifier, False for a regressor, None when the model or the
+        parameters cannot be prepared."""
+        fitted = getattr(self, "is_classifier_", None)
+        if fitted is not None:
+            return fitted
+        probe = clone(self)
+        try:
+            probe._check_params()
+            probe._prepare_model()
+        except (OrtBenchError, ValueError, TypeError, OSError):
+            return None  # fit says what is wrong
+        return probe.is_classifier_
 
     def _learning_loss(self) -> BaseLearningLoss | None:
         """The loss the user chose (checked), or None for the default: the log loss for a
