@@ -660,7 +660,9 @@ def test_seed_classes_clone(linear):
 def test_tutorial_example_shows_what_the_tutorial_shows(monkeypatch, tmp_path):
     """The tutorial's gradient values, its repr after 100 epochs' worth of schedule
     (value = eta0 / epochs ** 0.25), its losses going down and its "It works" predictions."""
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("SEED_OUT", str(tmp_path))
     done = _run_example("onnxruntime_training_nb.py", monkeypatch, 16)
     np.testing.assert_allclose(done["result"]["loss"], [[532.5546]], rtol=1e-5)
     np.testing.assert_allclose(done["result"]["init_grad"], [[193.33316, 186.66649]], rtol=1e-5)
@@ -673,7 +675,10 @@ def test_tutorial_example_shows_what_the_tutorial_shows(monkeypatch, tmp_path):
     assert error < 0.1, error
     curves = done["mlp_losses"]
     assert (curves.iloc[-1] < curves.iloc[0]).all()
-    assert os.path.exists(tmp_path / "mlp_onnx_ort")
+    assert sorted(p.name for p in (tmp_path / "mlp_onnx_ort").iterdir()) == sorted(
+        f"{name}.onnx" for name in done["train_session2"]._graphs()
+    )
+    assert not any((tmp_path / "cwd").iterdir())  # nothing written where it was run
 
 
 def test_full_training_example_is_close_to_scikit_learn(monkeypatch):

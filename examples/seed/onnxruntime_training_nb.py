@@ -11,13 +11,16 @@ The code blocks are the tutorial's, in its order, with these changes:
 - ``onnx_rename_names`` (mlprodict) only renamed intermediate results: left out;
 - the notebook's magics (``%onnxview``, ``%timeit``), plots and the profiling section
   (pyquickhelper) are left out; the loss curves stay as DataFrames;
-- ``save_onnx_graph`` writes ortbench's graphs (their names differ from the seed's).
+- ``save_onnx_graph`` writes ortbench's graphs (their names differ from the seed's) into
+  ``mlp_onnx_ort`` under ``SEED_OUT`` (environment; a new temporary folder otherwise), not
+  into the current folder.
 
 ``SEED_MAX_ITER`` (environment) shortens the trainings for CI.
 """
 
 import os
 import pprint
+import tempfile
 import warnings
 
 import numpy
@@ -182,6 +185,7 @@ mlp_losses = pandas.DataFrame(
     )
 )
 
-if not os.path.exists("mlp_onnx_ort"):
-    os.mkdir("mlp_onnx_ort")
-print(train_session2.save_onnx_graph("mlp_onnx_ort"))
+graphs = os.path.join(os.environ.get("SEED_OUT") or tempfile.mkdtemp(), "mlp_onnx_ort")
+if not os.path.exists(graphs):
+    os.mkdir(graphs)
+print(train_session2.save_onnx_graph(graphs))
