@@ -18,6 +18,7 @@ import argparse
 import re
 import sys
 
+from . import __version__
 from .commands import EXIT_USAGE, RUNTIME_COMMANDS, compare, report
 from .errors import OrtBenchError
 from .install import MissingRuntimeError
@@ -47,6 +48,7 @@ def _parser(runtime: bool = True) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="ortbench", description="Benchmark training with onnxruntime against its peers."
     )
+    parser.add_argument("--version", action="version", version=f"ortbench {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def named(name: str) -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -387,6 +388,21 @@ def test_bad_input_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
     assert main(["ab", *argv, "--cache", str(tmp_path), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_help_gives_the_least_rounds_the_refusal_names(capsys):
+    """``--repeat``'s help gives the fewest timed rounds accepted: one fewer is refused."""
+    assert main(["ab", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    pattern = r"--repeat REPEAT rounds per cell and side \(default \d+, at least (\d+);"
+    least = int(re.search(pattern, help_text).group(1))
+    assert main(["ab", ".", ".", "--repeat", str(least - 1)]) == 2
+    assert f"--repeat must be at least {least}, got {least - 1}" in capsys.readouterr().err
+
+
+def test_the_version_is_the_packages(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"ortbench {__import__('ortbench').__version__}"
 
 
 def test_ab_runs_a_git_ref_against_a_checkout_folder(tmp_path, capsys, monkeypatch):

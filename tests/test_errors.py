@@ -84,11 +84,11 @@ def test_unknown_weight_name(trainer, regression, mlp_onnx):
         (lambda X: X[:, :3], None, "X has 3 features, the model expects 5"),
         (lambda X: X.ravel(), None, "X must be a 2-D array"),
         (lambda X: X.astype(str), None, "X must be numeric"),
-        (lambda X: np.where(X > 1, np.nan, X), None, "X contains NaN or infinity"),
-        (lambda X: np.where(X > 1, np.inf, X), None, "X contains NaN or infinity"),
+        (lambda X: np.where(X > 1, np.nan, X), None, "X contains NaN or infinity: drop or fill"),
+        (lambda X: np.where(X > 1, np.inf, X), None, "X contains NaN or infinity: drop or fill"),
         (None, lambda y: y[:-3], "X has 120 rows but y has 117"),
         (None, lambda y: np.c_[y, y], "y has 2 columns, the model outputs 1"),
-        (None, lambda y: np.where(y > 1, np.nan, y), "y contains NaN or infinity"),
+        (None, lambda y: np.where(y > 1, np.nan, y), "y contains NaN or infinity: drop those"),
         (None, lambda y: y.astype(str), "y must be numeric"),
     ],
 )
@@ -142,6 +142,13 @@ def test_batch_size_below_one(trainer, regression, mlp_onnx, batch_size):
     X, y = regression
     with raises_one_line("batch_size must be an integer >= 1"):
         trainer(mlp_onnx, batch_size=batch_size).fit(X, y)
+
+
+@pytest.mark.parametrize("verbose", ["yes", -1, 0.5, None])
+def test_verbose_is_a_bool_or_a_level(trainer, regression, mlp_onnx, verbose):
+    X, y = regression
+    with raises_one_line("verbose must be a bool or an integer >= 0"):
+        trainer(mlp_onnx, verbose=verbose, max_iter=1).fit(X, y)
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import statistics
 import sys
 import time
@@ -74,13 +75,17 @@ def rounds(args: argparse.Namespace) -> int:
     repeat = args.repeat or (ROUNDS if counting else AB_REPEAT)
     if counting and repeat < 2:
         raise OrtBenchError(f"--repeat must be at least 2 when counting, got {repeat}")
-    if not counting and min_pvalue(blocks(repeat)) >= ALPHA:
-        least = next(n for n in range(repeat, 100 * repeat) if min_pvalue(blocks(n)) < ALPHA)
+    if not counting and repeat < least_timed_rounds():
         raise OrtBenchError(
-            f"--repeat must be at least {least}, got {repeat}: too few pairs for the paired "
-            f"test to reach p < {ALPHA}"
+            f"--repeat must be at least {least_timed_rounds()}, got {repeat}: too few pairs for "
+            f"the paired test to reach p < {ALPHA}"
         )
     return repeat
+
+
+def least_timed_rounds() -> int:
+    """The fewest timed rounds whose blocks let the paired test reach p < ALPHA."""
+    return next(n for n in itertools.count(2) if min_pvalue(blocks(n)) < ALPHA)
 
 
 def ab_config(args: argparse.Namespace) -> BenchConfig:
@@ -253,7 +258,8 @@ def add(commands: argparse._SubParsersAction, matrix: argparse.ArgumentParser) -
     parser.add_argument(
         "--repeat",
         type=count,
-        help=f"rounds per cell and side (default {AB_REPEAT}; {ROUNDS} when counting instructions)",
+        help=f"rounds per cell and side (default {AB_REPEAT}, at least {least_timed_rounds()}; "
+        f"{ROUNDS} when counting instructions, at least 2)",
     )
     parser.add_argument(
         "--epochs",

@@ -59,6 +59,9 @@ class TrainerParams(BaseEstimator):
     def _check_params(self) -> None:
         self._backend = choose_backend(self.backend)
         check_device(self.device, self._backend)
+        verbose = self.verbose
+        if not isinstance(verbose, (bool, int, np.integer)) or verbose < 0:
+            raise OrtBenchError(f"verbose must be a bool or an integer >= 0, got {verbose!r}")
         for name in ("batch_size", "max_iter", "validation_every"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:

@@ -139,7 +139,7 @@ class ModelPreparation:
                 self._y_1d = y.ndim == 1
             Y = np.ascontiguousarray(y.reshape(len(y), -1), dtype=np.float32)
             if not np.isfinite(Y).all():
-                raise OrtBenchError("y contains NaN or infinity")
+                raise OrtBenchError("y contains NaN or infinity: drop those rows")
             if columns is not None and Y.shape[1] != columns:
                 raise OrtBenchError(
                     f"y has {Y.shape[1]} columns, the model outputs {columns}"

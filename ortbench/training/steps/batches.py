@@ -73,7 +73,10 @@ def as_float_matrix(X, name: str) -> np.ndarray:
         raise OrtBenchError(f"{name} must be numeric, got dtype {X.dtype}")
     X = np.ascontiguousarray(X, dtype=np.float32)
     if not np.isfinite(X).all():
-        raise OrtBenchError(f"{name} contains NaN or infinity")
+        raise OrtBenchError(
+            f"{name} contains NaN or infinity: drop or fill those rows "
+            "(sklearn.impute.SimpleImputer fills them)"
+        )
     return X
 
 
