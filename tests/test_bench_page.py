@@ -11,13 +11,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ortbench.bench.store import COLUMNS, ResultsWriter
+from ortbench.bench.store import COLUMNS, ResultsWriter, read_results
 from ortbench.cli import main
 from ortbench.report.html import write_index, write_reports
 from ortbench.report.markdown import markdown_to_html
 from ortbench.report.plots import PLOT_CAPTIONS
 from ortbench.report.scaling import SCALING_PNG, has_model_sizes
-from ortbench.report.summary import SUMMARY_MD, bench_summary, conclusion, run_plots
+from ortbench.report.summary import (
+    NEGATIVE_FIXED_COST,
+    SUMMARY_MD,
+    bench_summary,
+    conclusion,
+    run_plots,
+    write_summary,
+)
 from ortbench.schema import RESULTS_CSV
 
 #: Seconds per step by (problem, batch size, contender): ort-fwbw 3.3x then 6.5x faster
@@ -225,3 +232,82 @@ def test_every_report_of_a_run_folder_reads_its_results_once(tmp_path, monkeypat
     assert main(["report", str(folder)]) == 0
     assert capsys.readouterr().out.strip() == str(folder / "index.html")
     assert reads.count(RESULTS_CSV) == 1
+
+
+def _one_row(**values) -> pd.DataFrame:
+    """One timed cell of ``_row``, its columns set to ``values``."""
+    return pd.DataFrame([{**_row("mlp", 15, "ort-fwbw", 200e-6), **values}])
+
+
+def _cells(results: pd.DataFrame) -> dict[str, str]:
+    """The first table row of the only section, by header."""
+    (section,) = bench_summary(results).sections
+    return dict(zip(section.table.headers, section.table.rows[0]))
+
+
+def test_a_fixed_cost_estimated_below_zero_reads_as_noise(tmp_path):
+    cells = _cells(_one_row(seconds_per_fit_overhead=-0.0712))
+    assert cells["fixed cost per fit (ms)"] == NEGATIVE_FIXED_COST == "< 0 (noise)"
+    assert _cells(_one_row(seconds_per_fit_overhead=0.0016))["fixed cost per fit (ms)"] == "1.6"
+    # results.csv keeps the estimate; the method says what the mark means
+    writer = ResultsWriter(tmp_path)
+    for contender, fixed in (("sklearn-mlp-sgd", 0.0021), ("ort-fwbw", -0.0016)):
+        row = {**_row("mlp", 15, contender, 1e-4), "seconds_per_fit_overhead": fixed}
+        writer.append(row, [row["seconds_per_step"]], [])
+    text = write_summary(tmp_path)
+    assert "| 15 | sklearn-mlp-sgd | 100 | 90 to 110 | 2.1 |" in text
+    assert f"| 15 | ort-fwbw | 100 | 90 to 110 | {NEGATIVE_FIXED_COST} |" in text
+    assert text.count(NEGATIVE_FIXED_COST) == 2  # the cell and the method
+    assert list(read_results(tmp_path).seconds_per_fit_overhead) == [0.0021, -0.0016]
+
+
+@pytest.mark.parametrize(
+    ("median", "low", "high", "shown"),
+    [
+        (161.6, 160.9, 162.3, ("162", "161 to 162")),
+        (290.4, 210.2, 670.6, ("290", "210 to 670")),
+        (780.0, 3.21, 7512.0, ("780", "3.2 to 7510")),
+        (0.5012, 0.4511, 0.5523, ("0.50", "0.45 to 0.55")),
+    ],
+)
+def test_a_median_never_falls_outside_its_range(median, low, high, shown):
+    cells = _cells(
+        _one_row(
+            seconds_per_step=median * 1e-6,
+            seconds_per_step_min=low * 1e-6,
+            seconds_per_step_max=high * 1e-6,
+        )
+    )
+    text = (cells["time per step (µs, median)"], cells["min to max (µs)"])
+    assert text == shown
+    least, most = (float(end) for end in text[1].split(" to "))
+    assert least <= float(text[0]) <= most
+
+
+def test_counts_of_one_read_in_the_singular():
+    results = _one_row(repeat=1, epochs=1, cpu_cores=1, cpu_threads=1)
+    summary = bench_summary(results)
+    assert "median of 1 timed round, and" in summary.lead
+    for text in ("median over 1 round of", "at least 1 epoch and", "a first fit of 1 epoch that"):
+        assert text in summary.method
+    assert ", 1 core, 1 thread (" in summary.machine
+    many = bench_summary(_one_row(repeat=8, epochs=3, cpu_cores=2, cpu_threads=4))
+    assert "median of 8 timed rounds, and" in many.lead
+    assert (
+        "median over 8 rounds of" in many.method and "a first fit of 3 epochs that" in many.method
+    )
+    assert ", 2 cores, 4 threads (" in many.machine
+
+
+def test_a_much_slower_contender_keeps_its_speed_up_digits():
+    """A contender 70x slower than the baseline reads 0.014x, not 0.0x."""
+    results = pd.concat(
+        [
+            _one_row(contender="sklearn-mlp-sgd", seconds_per_step=100e-6),
+            _one_row(contender="ort-fwbw", seconds_per_step=7000e-6),
+        ]
+    )
+    (section,) = bench_summary(results).sections
+    column = section.table.headers.index("speed-up vs sklearn-mlp-sgd")
+    speedups = {row[1]: row[column] for row in section.table.rows}
+    assert speedups == {"sklearn-mlp-sgd": "1.0x", "ort-fwbw": "0.014x"}

@@ -84,7 +84,7 @@ def test_results_schema(run_folder):
     lengths = ok.timing.str.extract(r"^slope between 1- and (\d+)-epoch fits(?:; .*)?$")[0]
     lengths = lengths.astype(int)
     assert (lengths >= 5).all()
-    assert (others.timing == "slope between 1- and 5+-epoch fits").all()
+    assert others.timing.isna().all()  # never timed: nothing to say how
     problem = make_problem("mlp", "diabetes", n_samples=120)
     assert len(problem.data.X_train) == 96
     assert (results.steps == 4 * results.batch_size.rdiv(96).apply(math.ceil)).all()

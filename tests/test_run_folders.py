@@ -176,14 +176,55 @@ def test_report_refuses_malformed_results(tmp_path, capsys, content, message):
     assert not (tmp_path / "index.html").exists()
 
 
-def test_report_refuses_a_time_that_is_not_a_number(tmp_path, capsys):
-    writer = ResultsWriter(tmp_path)
-    writer.append(row(0), [1e-3], [])
+def _counted_rows(folder: Path, n: int) -> None:
+    """``n`` timed rows of the same cell's counts, written by the run's writer."""
+    writer = ResultsWriter(folder)
+    for k in range(n):
+        values = {**row(k), "epochs": 3, "steps": 300, "repeat": 8, "cpu_cores": 2}
+        writer.append(values, [values["seconds_per_step"]], [])
+
+
+def test_a_time_that_is_not_a_number_is_a_bad_row_left_out(tmp_path, capsys):
+    _counted_rows(tmp_path, 3)
     table = pd.read_csv(tmp_path / RESULTS_CSV)
-    table["seconds_per_step"] = "fast"
+    table["seconds_per_step"] = table.seconds_per_step.astype(object)
+    table.loc[1, "seconds_per_step"] = "abc"
     table.to_csv(tmp_path / RESULTS_CSV, index=False)
-    assert main(["report", str(tmp_path)]) == 2
-    assert "column seconds_per_step holds values that are not numbers" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert err == (
+        f"ortbench: bad row left out: {tmp_path / RESULTS_CSV} line 3: seconds_per_step "
+        "'abc' is not a number\n"
+    )
+    summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert "| 8 | c0 | 1000 |" in summary and "| 8 | c2 | 3000 |" in summary
+    assert "| c1 |" not in summary
+    (bad,) = store.read_results(tmp_path).attrs["bad_rows"]
+    assert bad.cell == "contender=c1, problem=mlp, dataset=diabetes, batch_size=8, device=cpu"
+
+
+def test_counts_stay_integers_when_a_row_was_cut(tmp_path, capsys):
+    _counted_rows(tmp_path, 2)
+    with open(tmp_path / RESULTS_CSV, "a") as f:
+        f.write("r,c2,mlp,diabe")  # an interruption cut the last row before its batch size
+    results = store.read_results(tmp_path)
+    assert all(results[c].dtype == "int64" for c in ("batch_size", "epochs", "repeat"))
+    assert main(["report", str(tmp_path)]) == 0
+    assert "line 4: no batch_size, device, status" in capsys.readouterr().err
+    summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert "median over 8 rounds" in summary and "at least 3 epochs" in summary
+    assert "| 8 | c0 |" in summary and ", 2 cores," in summary
+    assert ".0 rounds" not in summary and ".0 epochs" not in summary
+
+
+def test_an_unavailable_cell_names_no_timed_fits(tmp_path):
+    writer = ResultsWriter(tmp_path)
+    planned = "slope between 1- and 2+-epoch fits"
+    for k, status in enumerate(["unavailable: needs onnxruntime-training 1.19.2", "ok"]):
+        writer.append({**row(k, status), "timing": planned}, [1e-3], [])
+    table = pd.read_csv(tmp_path / RESULTS_CSV, keep_default_na=False)
+    assert list(table.timing) == ["", planned]
+    assert [r["timing"] for r in read_records(tmp_path)] == ["", planned]
 
 
 def test_a_pipe_in_a_status_keeps_the_summary_table_whole():

@@ -42,6 +42,13 @@ from ..schema import (
 
 #: Names of a run's data files: no ``--out`` of any command writes over them.
 RUN_DATA_FILES = ("results.*", "calibration.json", "timings*", "loss_curves.csv")
+#: The columns of results.csv that hold numbers: a row with anything else in one is bad.
+NUMBERS = ["batch_size", "epochs", "steps", "repeat", *MEASURED]
+#: The columns of results.csv that count something: read back as integers when every row
+#: kept has a whole number there (a bad row, cut or edited, may have left them floats).
+COUNTS = ("batch_size", "epochs", "steps", "repeat", "trained_values", "cpu_cores", "cpu_threads")
+#: The status of a cell that never ran: its row names no timed fits.
+UNAVAILABLE = "unavailable"
 
 
 def _json_value(value):
@@ -175,11 +182,14 @@ class ResultsWriter:
 
     def append(self, row: dict, samples: list[float], loss_curve: list[float], **details) -> None:
         """Write one finished cell: its row, its timing samples and its loss curve
-        (``details`` go to its JSON line only)."""
+        (``details`` go to its JSON line only). An unavailable cell's ``timing`` is left
+        empty: it was never timed."""
         missing = set(self.columns) - set(row)
         if missing:
             raise ValueError(f"row lacks columns {sorted(missing)}")
         row = {c: row[c] for c in self.columns}
+        if str(row["status"]).startswith(UNAVAILABLE):
+            row["timing"] = ""
         record = {c: _json_value(v) for c, v in row.items()}
         record[SAMPLES] = samples
         record.update(details)
@@ -240,9 +250,7 @@ def check_rows(
     lines_of: dict[str, list[int]] = {}
     checked = []
     for line, row in rows:
-        cell = None
-        if isinstance(row, dict) and not any(_missing(row.get(k)) for k in keys):
-            cell = ", ".join(f"{k}={row[k]}" for k in keys)
+        cell = _cell(row, keys)
         reason = _row_problem(row, keys)
         if reason:
             bad[line] = BadRow(line, reason, cell)
@@ -255,6 +263,13 @@ def check_rows(
             bad[line] = BadRow(line, f"the same cell as line {others} ({cell})", cell)
     good = [row for line, row in checked if line not in bad]
     return good, [bad[line] for line in sorted(bad)]
+
+
+def _cell(row: object, keys: Sequence[str]) -> str | None:
+    """The cell a row is, ``key=value, ...`` over the keys; None when it lacks one."""
+    if not isinstance(row, dict) or any(_missing(row.get(k)) for k in keys):
+        return None
+    return ", ".join(f"{k}={row[k]}" for k in keys)
 
 
 def _missing(value: object) -> bool:
@@ -287,7 +302,9 @@ def _row_problem(row: object, keys: Sequence[str]) -> str | None:
 
 
 def read_results(folder: str | Path) -> pd.DataFrame:
-    """The results table of a run folder: its good rows (see :func:`check_rows`).
+    """The results table of a run folder: its good rows (see :func:`check_rows`; a row
+    with anything but a number in a column of :data:`NUMBERS` is bad too), its counts
+    integers where they are whole (:data:`COUNTS`).
 
     The bad rows are in ``attrs['bad_rows']`` (a list of :class:`BadRow`).
 
@@ -310,16 +327,41 @@ def read_results(folder: str | Path) -> pd.DataFrame:
     for column in LATER_COLUMNS:
         if column not in results.columns:
             results[column] = math.nan if column in MEASURED else ""
-    for column in ["batch_size", "epochs", "steps", "repeat", *MEASURED]:
-        if not pd.api.types.is_numeric_dtype(results[column]):
-            raise OrtBenchError(f"{path}: column {column} holds values that are not numbers")
     keys = [*KEYS, "side"] if "side" in results.columns else KEYS
-    rows = ((k + 2, row) for k, row in enumerate(results.to_dict("records")))  # 1: header
+    not_numbers = _as_numbers(results, keys)
+    rows = (
+        (k + 2, row)  # line 1: the header
+        for k, row in enumerate(results.to_dict("records"))
+        if k + 2 not in not_numbers
+    )
     _, bad = check_rows(rows, keys)
+    bad = sorted([*bad, *not_numbers.values()], key=lambda b: b.line)
     bad_lines = {b.line for b in bad}
     kept = results[[k + 2 not in bad_lines for k in range(len(results))]].reset_index(drop=True)
+    _whole_counts(kept)
     kept.attrs["bad_rows"] = bad
     return kept
+
+
+def _as_numbers(results: pd.DataFrame, keys: Sequence[str]) -> dict[int, BadRow]:
+    """Turn the columns of :data:`NUMBERS` into numbers, in place; return the rows that
+    held something else in one (by line: the first row is line 2), each a bad row."""
+    bad: dict[int, BadRow] = {}
+    for column in NUMBERS:
+        numbers = pd.to_numeric(results[column], errors="coerce")
+        for k in results.index[numbers.isna() & results[column].notna()]:
+            reason = f"{column} {results.at[k, column]!r:.40} is not a number"
+            bad.setdefault(k + 2, BadRow(k + 2, reason, _cell(results.loc[k].to_dict(), keys)))
+        results[column] = numbers
+    return bad
+
+
+def _whole_counts(results: pd.DataFrame) -> None:
+    """Turn the columns of :data:`COUNTS` that hold whole numbers only into integers."""
+    for column in COUNTS:
+        values = results[column]
+        if values.dtype.kind == "f" and values.notna().all() and (values % 1 == 0).all():
+            results[column] = values.astype("int64")
 
 
 def read_loss_curves(folder: str | Path) -> pd.DataFrame:

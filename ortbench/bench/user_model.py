@@ -31,6 +31,7 @@ import pandas as pd
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
+from ..report.units import plural
 from ..training import OrtBenchError
 from ..training.graphs.batch_axis import free_batch_axis
 from ..training.graphs.loading import load_model
@@ -337,7 +338,7 @@ def _check_forward(model, input_name, X, y, loss, files: UserFiles) -> None:
             )
     elif width != (y.shape[1] if y.ndim == 2 else 1):
         raise OrtBenchError(
-            f"{files.data[0]}: the target has {y.shape[1] if y.ndim == 2 else 1} columns, "
+            f"{files.data[0]}: the target has {plural(y.shape[1] if y.ndim == 2 else 1, 'column')}, "
             f"output {output!r} of {files.model} has {width}"
         )
 

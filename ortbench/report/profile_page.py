@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..schema import EPOCH_LOOP, PROFILE_JSON
 from .markdown import markdown_to_html
+from .units import plural
 
 #: Profile files shown inline, in this order: markdown files (their own heading) and call
 #: trees (with a title). Where a step goes, then the Python calls of those steps, then the
@@ -90,19 +91,14 @@ def _tree(path: Path, title: str) -> str:
     return f"<h3>{html.escape(title)}</h3>\n{calltree_html(tree)}"
 
 
-def _count(n: int, noun: str) -> str:
-    """``n`` and the noun, in the plural unless ``n`` is 1."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def _what_ran(info: dict) -> str:
     rows = info.get("training_rows")  # absent from the profiles of earlier versions
     data = html.escape(info["dataset"]) + (f" ({rows} training rows)" if rows else "")
     return (
         f"<p>{html.escape(info['problem'])} on {data}, batch size "
         f"{info['batch_size']}, {html.escape(info['device'])}. cProfile and py-spy watched "
-        f"the same steady window, {_count(info['epochs'], 'epoch')} after the build and "
-        f"{_count(info['warmup_epochs'], 'warm-up epoch')}, and onnxruntime's profiler its first "
+        f"the same steady window, {plural(info['epochs'], 'epoch')} after the build and "
+        f"{plural(info['warmup_epochs'], 'warm-up epoch')}, and onnxruntime's profiler its first "
         "epochs; the build has its own call tree below.</p>"
     )
 

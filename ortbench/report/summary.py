@@ -17,7 +17,7 @@ from ..schema import BASELINE, CONTENDER_NAMES, RESULTS_CSV, builtin_task
 from .plots import PLOT_CAPTIONS
 from .resultsets import ResultSet, load_result_set
 from .scaling import SCALING_CAPTION, SCALING_PNG, has_model_sizes
-from .units import format_seconds, round_to_noise
+from .units import format_seconds, plural, round_range, round_to_noise
 from .verdicts import escape_cell
 
 SUMMARY_MD = "summary.md"
@@ -32,6 +32,9 @@ SCORE_NAMES = {
 #: unstable or interrupted), and its columns.
 NOT_MEASURED_TITLE = "Cells without a measurement"
 NOT_RUN_COLUMNS = ("contender", "problem", "dataset", "batch size", "device", "status")
+#: The fixed cost per fit of a cell whose estimate came out below 0: the noise of the
+#: fits outweighed what a fit pays once (results.csv keeps the estimate).
+NEGATIVE_FIXED_COST = "< 0 (noise)"
 
 
 @dataclass
@@ -77,6 +80,8 @@ def format_speedup(ratio: float) -> str:
     """A speed-up as it reads everywhere: 2 significant digits, at least 1 decimal below 10."""
     if ratio is None or math.isnan(ratio):
         return "n/a"
+    if ratio < 0.1:  # a contender 10x slower or more: its digits, not "0.0x"
+        return f"{ratio:.2g}x"
     return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
 
 
@@ -145,6 +150,12 @@ def _number(value, form: str = ".4g") -> str:
     return "" if value is None or pd.isna(value) else f"{value:{form}}"
 
 
+def _fixed_cost(seconds: float) -> str:
+    """A cell's fixed cost per fit in ms, 2 significant digits; an estimate below 0 reads
+    :data:`NEGATIVE_FIXED_COST`."""
+    return NEGATIVE_FIXED_COST if seconds < 0 else round_to_noise(seconds * 1e3, math.nan, 2)
+
+
 def _threads(value) -> str:
     """An engine cell's intra-op threads: a count, or "pool" for onnxruntime's (0)."""
     if value is None or pd.isna(value):
@@ -187,10 +198,8 @@ def _section_table(rows: pd.DataFrame) -> Table:
             str(row.batch_size),
             row.contender,
             round_to_noise(median, (high - low) / 2),
-            ""
-            if math.isnan(low)
-            else f"{round_to_noise(low, math.nan, 2)} to {round_to_noise(high, math.nan, 2)}",
-            round_to_noise(row.seconds_per_fit_overhead * 1e3, math.nan, 2),
+            round_range(low, high, median, (high - low) / 2),
+            _fixed_cost(row.seconds_per_fit_overhead),
             format_speedup(speedup) if row.seconds_per_step > 0 else "n/a",
             _number(row.peak_memory_mb, ".1f"),
             _number(row.final_train_loss),
@@ -212,17 +221,21 @@ def _section_table(rows: pd.DataFrame) -> Table:
 
 def _method(first: pd.Series, baselines: list[str]) -> str:
     return (
-        f"Time per training step: median over {first['repeat']} rounds of the slope between "
-        f"a {SHORT_EPOCHS}-epoch fit and a longer one, at least {first['epochs']} epochs and "
-        f"{format_seconds(MIN_EXTRA_SECONDS)} longer (the timing column of results.csv gives "
-        "each cell's lengths; the time a fit pays once cancels out and is shown apart as "
-        "fixed cost per fit), after a first fit of "
-        f"{first['epochs']} epochs that built the model and gave the losses and the "
-        "validation score; the timed fits of the contenders of one batch size take turns, "
-        "and every timed epoch holds at least 8 full batches; a batch size whose rounds "
-        "left a cell without a measurement was timed again once with longer fits, its "
-        "cells keeping the second rounds. Times are rounded to half "
-        "the spread between their min and max. Speed-up: the baseline's time per step over the "
+        f"Time per training step: median over {plural(first['repeat'], 'round')} of the slope "
+        f"between a {SHORT_EPOCHS}-epoch fit and a longer one, at least "
+        f"{plural(first['epochs'], 'epoch')} and {format_seconds(MIN_EXTRA_SECONDS)} longer "
+        "(the timing column of results.csv gives each cell's lengths; the time a fit pays "
+        "once cancels out and is shown apart as fixed cost per fit), after a first fit of "
+        f"{plural(first['epochs'], 'epoch')} that built the model and gave the losses and "
+        "the validation score; the timed fits of the contenders of one batch size take "
+        "turns, and every timed epoch holds at least 8 full batches; a batch size whose "
+        "rounds left a cell without a measurement was timed again once with longer fits, "
+        "its cells keeping the second rounds. The fixed cost per fit is the short fit's "
+        "time beyond its steps at the round's slope, median over the rounds; an estimate "
+        f'below 0, where the noise of the fits outweighed it, reads "{NEGATIVE_FIXED_COST}" '
+        "(results.csv keeps the estimate). Times are rounded to half the spread between "
+        "their min and max, and their min and max to the same digits. "
+        "Speed-up: the baseline's time per step over the "
         "contender's, at the same batch size (the baseline: the one the run named, else "
         f"{BASELINE} where it ran, else the first of the engine's contenders; here "
         f"{', '.join(baselines) or 'none ran'}). Sections go by data set, device and model "
@@ -289,7 +302,8 @@ def bench_summary(results: pd.DataFrame, plots: list[Plot] | None = None) -> Ben
             for r in other.itertuples()
         ]
     machine = (
-        f"Machine: {first.cpu_model}, {first.cpu_cores} cores, {first.cpu_threads} threads "
+        f"Machine: {first.cpu_model}, {plural(first.cpu_cores, 'core')}, "
+        f"{plural(first.cpu_threads, 'thread')} "
         f"({first.platform}). Python {first.python_version}, onnxruntime "
         f"{first.onnxruntime_version}, scikit-learn {first.sklearn_version}, numpy "
         f"{first.numpy_version}, torch {first.torch_version}."
@@ -298,8 +312,9 @@ def bench_summary(results: pd.DataFrame, plots: list[Plot] | None = None) -> Ben
     return BenchSummary(
         title=f"ortbench bench: run {first.run_id}",
         lead=(
-            f"Time per training step of each contender, median of {first['repeat']} timed "
-            f"rounds, and its speed-up over {against} at the same batch size."
+            "Time per training step of each contender, median of "
+            f"{plural(first['repeat'], 'timed round')}, and its speed-up over {against} at "
+            "the same batch size."
             if sections
             else "No cell finished."
         ),

@@ -17,6 +17,41 @@ def format_seconds(seconds: float) -> str:
     return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
 
 
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, in the plural unless ``count`` is 1: "1 epoch", "3 epochs"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def noise_decimals(value: float, noise: float, digits: int = 3) -> int:
+    """The decimals :func:`round_to_noise` keeps of ``value`` (negative: tens, hundreds...).
+
+    Parameters
+    ----------
+    value : float
+        A measured value, finite.
+    noise : float
+        Its uncertainty; NaN or 0 when unknown.
+    digits : int
+        Significant digits kept when the noise is unknown, and at most otherwise; at least
+        2 are kept.
+
+    Returns
+    -------
+    int
+        The decimals: those of ``digits`` significant digits, fewer when the noise's first
+        digit lies above the last of them, never fewer than those of 2 significant digits.
+    """
+    magnitude = math.floor(math.log10(abs(value))) if value else 0
+    decimals = digits - 1 - magnitude
+    if noise and not math.isnan(noise) and noise > 0:  # never fewer than 2 digits
+        decimals = max(min(decimals, -math.floor(math.log10(noise))), 1 - magnitude)
+    return decimals
+
+
+def _fixed(value: float, decimals: int) -> str:
+    return f"{round(value, decimals):.{max(decimals, 0)}f}"
+
+
 def round_to_noise(value: float, noise: float, digits: int = 3) -> str:
     """``value`` with no digit finer than its noise's first digit.
 
@@ -39,11 +74,37 @@ def round_to_noise(value: float, noise: float, digits: int = 3) -> str:
     """
     if value is None or math.isnan(value):
         return ""
-    magnitude = math.floor(math.log10(abs(value))) if value else 0
-    decimals = digits - 1 - magnitude
-    if noise and not math.isnan(noise) and noise > 0:  # never fewer than 2 digits
-        decimals = max(min(decimals, -math.floor(math.log10(noise))), 1 - magnitude)
-    return f"{round(value, decimals):.{max(decimals, 0)}f}"
+    return _fixed(value, noise_decimals(value, noise, digits))
+
+
+def round_range(low: float, high: float, median: float, noise: float) -> str:
+    """``"low to high"`` beside a median shown as ``round_to_noise(median, noise)``.
+
+    Each end keeps the median's decimals, and at least 2 significant digits of its own:
+    rounding is monotonic, so the shown median never falls outside the shown range.
+
+    Parameters
+    ----------
+    low, high : float
+        The least and the most of the measurements.
+    median : float
+        Their median.
+    noise : float
+        The median's uncertainty, as given to :func:`round_to_noise`.
+
+    Returns
+    -------
+    str
+        For example "161 to 162" beside a median 161.6 shown as "162"; "" when a value
+        is NaN.
+    """
+    if any(math.isnan(v) for v in (low, high, median)):
+        return ""
+    decimals = noise_decimals(median, noise)
+    low_text, high_text = (
+        _fixed(end, max(decimals, noise_decimals(end, math.nan, 2))) for end in (low, high)
+    )
+    return f"{low_text} to {high_text}"
 
 
 def format_value(value: float | None, unit: str | None) -> str:
