@@ -144,7 +144,10 @@ def test_an_unusable_out_is_refused_before_any_work(tmp_path, command, capsys):
     a_file = tmp_path / "file"
     a_file.write_text("mine")
     argv = ["bench", *TINY.split()] if command == "bench" else ["profile", "ort-fwbw"]
-    for out, reason in ((a_file, "File exists"), (a_file / "sub", "Not a directory")):
+    for out, reason in (
+        (a_file, "it is a file; name a folder"),
+        (a_file / "sub", "Not a directory"),
+    ):
         assert main([*argv, "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err == f"ortbench: error: cannot use --out {out}: {reason}\n"

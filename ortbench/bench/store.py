@@ -74,6 +74,8 @@ def usable_folder(path: str | Path, option: str = "--out") -> Path:
     """
     path = Path(path)
     _not_run_data(path, option)
+    if path.exists() and not path.is_dir():
+        raise OrtBenchError(f"cannot use {option} {path}: it is a file; name a folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
