@@ -14,6 +14,7 @@ from scipy import stats
 from ortbench.bench.matrix import BenchConfig
 from ortbench.bench.store import COLUMNS, ResultsWriter
 from ortbench.cli import main
+from ortbench.report.paired import AB_MD, ab_comparison, ab_markdown
 from ortbench.report.resultsets import Measurement, load_result_set
 from ortbench.report.significance import (
     P_THRESHOLD,
@@ -23,6 +24,7 @@ from ortbench.report.significance import (
     rank_test_min_p,
 )
 from ortbench.report.verdicts import IMPROVED, REGRESSED, WARNING, judge
+from ortbench.schema import BASE, FITS, HEAD, KEYS, POSITIONS, SIDE
 
 TIME = "bench_training.TimeEpoch.time_epoch"
 COUNTER = "bench_training.RuntimeCounters.track_runs_per_step"
@@ -203,6 +205,126 @@ def test_ortbench_run_folders(tmp_path, capsys):
     assert "BASE: run base" in out and "HEAD: run slow" in out
 
 
+def cells_run(folder: Path, statuses: dict[tuple[str, int], str]) -> Path:
+    """A run folder with a row per (contender, batch size) in ``statuses``, with that
+    status; an ``ok`` row holds STEADY's times and, but for scikit-learn's contender (which
+    has none), the onnxruntime counters."""
+    writer = ResultsWriter(folder)
+    for (contender, batch_size), status in statuses.items():
+        samples = STEADY if status == "ok" else []
+        row = dict.fromkeys(COLUMNS, math.nan)
+        row.update(
+            run_id=folder.name, contender=contender, problem="mlp",
+            dataset="make_regression", batch_size=batch_size, device="cpu", status=status,
+        )  # fmt: skip
+        if status == "ok":
+            row.update(seconds_per_step=float(np.median(samples)))
+        if status == "ok" and not contender.startswith("sklearn"):
+            row.update(runs_per_step=2.0, ortvalues_per_step=0.0)
+        writer.append(row, samples, [])
+    return folder
+
+
+#: Batch 15 finished, batch 256 interrupted: what Ctrl-C during ``bench --quick`` leaves.
+INTERRUPTED_RUN = {
+    ("sklearn-mlp-sgd", 15): "ok",
+    ("ort-full", 15): "ok",
+    ("sklearn-mlp-sgd", 256): "interrupted",
+    ("ort-full", 256): "interrupted",
+}
+
+
+def report_lines(out: str, batch_size: int) -> dict[tuple[str, str], str]:
+    """(benchmark, contender) -> the verdict line of the cells at ``batch_size``."""
+    found = re.findall(r"^\| (.*?) \| `(\w+)` \| contender=([\w-]+),.*batch_size=(\d+)", out, re.M)
+    return {(b, c): verdict for verdict, b, c, batch in found if batch == str(batch_size)}
+
+
+def test_an_interrupted_run_compared_with_itself_has_no_regression(tmp_path, capsys):
+    run = cells_run(tmp_path / "run", INTERRUPTED_RUN)
+    assert main(["compare", str(run), str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "## Benchmarks: No regression" in out and "2 missing, 4 unchanged." in out
+    # one line per cell that did not run, on its time: its counters never were measured
+    assert report_lines(out, 256) == {
+        ("seconds_per_step", "sklearn-mlp-sgd"): "missing (not run: interrupted in both)",
+        ("seconds_per_step", "ort-full"): "missing (not run: interrupted in both)",
+    }
+    assert "| interrupted | interrupted | n/a |" in out
+    finished = {key: status for key, status in INTERRUPTED_RUN.items() if status == "ok"}
+    finished = cells_run(tmp_path / "finished", finished)  # the cells it ran, alone
+    assert main(["compare", str(run), str(finished)]) == 0
+    assert report_lines(capsys.readouterr().out, 256) == {
+        (
+            "seconds_per_step",
+            "sklearn-mlp-sgd",
+        ): "missing (not run: interrupted in BASE, absent from HEAD)",
+        (
+            "seconds_per_step",
+            "ort-full",
+        ): "missing (not run: interrupted in BASE, absent from HEAD)",
+    }
+
+
+def test_a_cell_interrupted_on_one_side_is_missing_and_failures_stay_failures(tmp_path, capsys):
+    interrupted = cells_run(tmp_path / "stopped", {**INTERRUPTED_RUN, ("ort-fwbw", 15): "ok"})
+    finished = {key: "ok" for key in INTERRUPTED_RUN} | {("ort-fwbw", 15): "failed: diverged"}
+    finished = cells_run(tmp_path / "finished", finished)
+    assert main(["compare", str(finished), str(interrupted)]) == 0
+    out = capsys.readouterr().out
+    assert report_lines(out, 256) == {
+        ("runs_per_step", "ort-full"): "missing (not run: interrupted in HEAD)",
+        ("ortvalues_per_step", "ort-full"): "missing (not run: interrupted in HEAD)",
+        ("seconds_per_step", "sklearn-mlp-sgd"): "missing (not run: interrupted in HEAD)",
+        ("seconds_per_step", "ort-full"): "missing (not run: interrupted in HEAD)",
+    }  # scikit-learn's counters: n/a in BASE, never measured in HEAD
+    assert report_lines(out, 15)[("seconds_per_step", "ort-fwbw")] == (
+        "improved (errored in BASE only)"
+    )
+    assert main(["compare", str(interrupted), str(finished)]) == 1
+    out = capsys.readouterr().out
+    assert report_lines(out, 256)[("seconds_per_step", "ort-full")] == (
+        "missing (not run: interrupted in BASE)"
+    )
+    for benchmark in ("seconds_per_step", "runs_per_step"):  # a real failure, as before
+        assert report_lines(out, 15)[(benchmark, "ort-fwbw")] == "**failed** (errored in HEAD)"
+
+
+def ab_run(folder: Path) -> Path:
+    """An ``ortbench ab`` run folder, written as ``ab`` writes one: a row per cell and
+    side (fits in blocks of A B B A), then ``ab.md``."""
+    writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
+    for side, places in ((BASE, (0, 3)), (HEAD, (1, 2))):
+        row = dict.fromkeys(writer.columns, math.nan)
+        row.update(
+            run_id=folder.name, contender="ort-full", problem="mlp", dataset="make_regression",
+            batch_size=15, device="cpu", side=side, status="ok",
+            seconds_per_step=float(np.median(STEADY)), runs_per_step=2.0, ortvalues_per_step=0.0,
+        )  # fmt: skip
+        positions = [4 * block + place for block in range(len(STEADY) // 2) for place in places]
+        writer.append(row, STEADY, [], **{POSITIONS: positions, FITS: STEADY})
+    (folder / AB_MD).write_text(ab_markdown(ab_comparison(folder)), encoding="utf-8")
+    return folder
+
+
+def test_an_ab_run_is_refused_in_one_line(tmp_path, capsys):
+    ab = ab_run(tmp_path / "ab")
+    bench = bench_run(tmp_path / "bench", 1.0)
+    compares = "compare two ortbench bench run folders or two asv result files"
+    for argv, instead in (
+        (["compare", ab, ab], compares),
+        (["compare", bench, ab], compares),
+        (["report", ab], "ortbench report draws the runs of ortbench bench and profile"),
+    ):
+        assert main([str(arg) for arg in argv]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err == (
+            f"ortbench: error: {ab} is an ortbench ab run (a row per cell and side): "
+            f"its verdict is in {ab / AB_MD}; {instead}\n"
+        )
+    assert not (ab / "index.html").exists()
+
+
 def test_significance_stages():
     clean, shifted = STEADY, [1.2 * s for s in STEADY]
     assert is_significant(
@@ -370,8 +492,16 @@ def malformed_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         return json.dumps(copy)
 
     row = data["results"][TIME]
-    cases["not JSON"] = result_file("text", "results: none"), "not an asv result file"
-    cases["binary"] = result_file("binary", bytes(range(256)) * 4), "not an asv result file"
+    accepted = "give an ortbench bench run folder (holding results.jsonl) or an asv result .json"
+    cases["not JSON"] = (
+        result_file("text", "results: none"),
+        f"not an asv result file (not JSON: Expecting value at line 1): {accepted}",
+    )
+    cases["binary"] = (
+        result_file("binary", bytes(range(256)) * 4),
+        f"not an asv result file (not a text file): {accepted}",
+    )
+    cases["empty"] = result_file("empty", ""), f"not an asv result file (empty): {accepted}"
     cases["a list"] = result_file("list", "[1, 2]"), "not an asv result file"
     cases["no results"] = (
         result_file("keys", edited(lambda d: d.pop("results"))),
@@ -426,6 +556,12 @@ def malformed_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     binary = run_folder("run6", [])
     (binary / "results.jsonl").write_bytes(bytes(range(256)))
     cases["run: binary"] = binary, "not a text file of JSON lines"
+    run = bench_run(tmp_path / "run7", 1.0)
+    for name in ("results.csv", "results.jsonl", "loss_curves.csv"):
+        cases[f"run: its {name}"] = (
+            run / name,
+            f"{run / name} is a file of the run folder {run}: give the folder",
+        )
     return cases
 
 
@@ -461,6 +597,15 @@ def test_each_malformed_input_is_one_line_with_status_2(tmp_path, capsys):
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and err.startswith("ortbench: error: "), (name, err)
             assert message in err, (name, err)
+
+
+def test_a_file_of_a_run_folder_names_the_folder(tmp_path, capsys, monkeypatch):
+    run = bench_run(tmp_path / "run", 1.0)
+    monkeypatch.chdir(run)
+    assert main(["compare", "results.csv", "results.csv"]) == 2
+    assert capsys.readouterr().err == (
+        f"ortbench: error: results.csv is a file of the run folder {run}: give the folder\n"
+    )
 
 
 def test_an_unusable_report_path_is_refused_before_comparing(tmp_path, capsys):

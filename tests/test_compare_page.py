@@ -19,18 +19,21 @@ RNG = np.random.RandomState(1)
 SAMPLES = list(1e-3 * (1 + 0.02 * RNG.randn(8)))
 
 
-def bench_run(folder: Path, fwbw_factor: float) -> Path:
-    """A run folder with ort-full (unchanged) and ort-fwbw (times scaled by the factor)."""
+def bench_run(folder: Path, fwbw_factor: float, fwbw_status: str = "ok") -> Path:
+    """A run folder with ort-full (unchanged) and ort-fwbw (times scaled by the factor,
+    or no row but its status when that is not ``ok``)."""
     writer = ResultsWriter(folder)
     for contender, factor in (("ort-full", 1.0), ("ort-fwbw", fwbw_factor)):
-        samples = [factor * s for s in SAMPLES]
+        status = "ok" if contender == "ort-full" else fwbw_status
+        samples = [factor * s for s in SAMPLES] if status == "ok" else []
         row = dict.fromkeys(COLUMNS, math.nan)
         row.update(
             run_id=folder.name, contender=contender, problem="mlp",
-            dataset="make_regression", batch_size=15, device="cpu", status="ok",
-            seconds_per_step=float(np.median(samples)), runs_per_step=2.0,
-            ortvalues_per_step=0.0,
+            dataset="make_regression", batch_size=15, device="cpu", status=status,
         )  # fmt: skip
+        if status == "ok":
+            row.update(seconds_per_step=float(np.median(samples)), runs_per_step=2.0)
+            row.update(ortvalues_per_step=0.0)
         writer.append(row, samples, [])
     return folder
 
@@ -88,6 +91,22 @@ def test_compare_page_shows_samples_and_verdicts(tmp_path):
     assert sorted(dots) == sorted(head)  # same samples, same places
     counter = found[("unchanged", "runs_per_step", "ort-full")]
     assert "<circle" not in counter and "2</td>" in counter  # a counter: values, no samples
+
+
+def test_a_cell_not_run_shows_as_interrupted_without_a_strip(tmp_path):
+    base = bench_run(tmp_path / "base", 1.0)
+    head = bench_run(tmp_path / "head", 1.0, fwbw_status="interrupted")
+    page_path = tmp_path / "compare.html"
+    assert main(["compare", str(base), str(head), "--html", str(page_path)]) == 0
+    page = page_path.read_text()
+    assert "No regression: 3 missing, 3 unchanged" in page
+    found = rows(page)
+    for benchmark in ("seconds_per_step", "runs_per_step", "ortvalues_per_step"):
+        row = found[("missing", benchmark, "ort-fwbw")]
+        assert "not run: interrupted in HEAD" in row
+        assert "<td class='num'>interrupted</td><td class='num'>n/a</td>" in row
+        assert len(marks(row, 12)[1]) == 1 and marks(row, 30) == ([], [])  # BASE's alone
+    assert strip_svg(None, Measurement(None, "seconds", interrupted=True), "red") == ""
 
 
 def test_strip_draws_intervals_when_there_are_no_samples():

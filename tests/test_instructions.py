@@ -303,8 +303,15 @@ def test_the_verdict_is_a_threshold_backed_by_the_spread(head, verdict):
 
 
 def test_runs_that_timed_their_fits_get_no_instruction_verdict():
+    """Not for a cell that ran nor for one that failed: a timed run counted nothing."""
     timed = {"status": "ok"}
     assert instructions_verdict("cell", timed, timed, THRESHOLD) is None
+    failed = {"status": "failed: OrtBenchError: model file not found"}
+    assert instructions_verdict("cell", failed, failed, THRESHOLD) is None
+    assert instructions_verdict("cell", timed, failed, THRESHOLD) is None
+    counted = {"status": "ok", PER_STEP: 1000.0, SPREAD: 0.0}
+    verdict = instructions_verdict("cell", counted, failed, THRESHOLD)
+    assert verdict.verdict == FAILED
 
 
 def _annotated(dump: Path, objects: set[str]) -> tuple[int, dict[str, int]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..bench.store import usable_file
 from ..errors import OrtBenchError
 from ..report.compare_page import write_comparison_html
+from ..report.paired import refuse_ab_run
 from ..report.resultsets import load_result_set
 from ..report.verdicts import compare, comparison_markdown
 from . import EXIT_FAILING, EXIT_INCONCLUSIVE, EXIT_NOTHING
@@ -23,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
         usable_file(args.out)
     if args.html:
         usable_file(args.html, "--html")
+    for path in (args.base, args.head):
+        refuse_ab_run(path, "compare two ortbench bench run folders or two asv result files")
     comparison = compare(
         load_result_set(args.base), load_result_set(args.head), args.threshold, args.warn
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..bench.store import is_run_folder
 from ..errors import OrtBenchError
 from ..report.html import write_index
+from ..report.paired import refuse_ab_run
 from ..report.resultsets import load_result_set
 from ..schema import RESULTS_CSV
 
@@ -24,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
             f"{folder} is not an ortbench run folder (no results.csv, no profile): "
             "give a folder that ortbench bench or ortbench profile wrote"
         )
+    refuse_ab_run(folder, "ortbench report draws the runs of ortbench bench and profile")
     results = load_result_set(folder, measurements=False)
     index = write_index(results)
     for row in [] if results.table is None else results.table.attrs["bad_rows"]:

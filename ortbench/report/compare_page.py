@@ -15,7 +15,17 @@ from pathlib import Path
 from .html import html_page
 from .resultsets import Measurement
 from .units import format_value
-from .verdicts import FAILED, IMPROVED, ORDER, REGRESSED, UNCHANGED, WARNING, Comparison, Verdict
+from .verdicts import (
+    FAILED,
+    IMPROVED,
+    ORDER,
+    REGRESSED,
+    UNCHANGED,
+    WARNING,
+    Comparison,
+    Verdict,
+    measurement_text,
+)
 
 #: Verdict -> color of its badge and of HEAD's marks.
 COLORS = {REGRESSED: "#c62828", FAILED: "#8e0000", WARNING: "#e08a00", IMPROVED: "#2e7d32"}
@@ -100,22 +110,18 @@ def _row(v: Verdict) -> str:
         f"{html.escape(v.verdict)}{note}</td>"
         f"<td class='text'><code>{html.escape(v.benchmark)}</code></td>"
         f"<td class='text'>{html.escape(v.params or '-')}</td>"
-        f"<td class='num'>{_value(v.before)}</td><td class='num'>{_value(v.after)}</td>"
+        f"<td class='num'>{_text(v.before)}</td><td class='num'>{_text(v.after)}</td>"
         f"<td class='num'>{ratio}</td><td class='strip'>{strip_svg(v.before, v.after, color)}</td>"
         "</tr>"
     )
 
 
-def _value(m: Measurement | None) -> str:
-    if m is None:
-        return "-"
-    if m.failed:
-        return "failed"
-    return html.escape(format_value(m.value, m.unit))
+def _text(m: Measurement | None) -> str:
+    return html.escape(measurement_text(m))
 
 
 def _points(m: Measurement | None) -> list[float]:
-    if m is None or m.failed or m.skipped:
+    if m is None or not m.measured:
         return []
     return [*(m.samples or ()), *(m.ci or ()), m.value]
 

@@ -45,8 +45,11 @@ def instructions_verdict(params: str, base: dict, head: dict, threshold: float) 
     Returns
     -------
     Verdict or None
-        None when neither side counted instructions (a run that timed its fits).
+        None when neither side counted instructions (a run that timed its fits, or a cell
+        that failed on both sides before its count: its time per step says it failed).
     """
+    if PER_STEP not in base and PER_STEP not in head:
+        return None  # a run that timed its fits; or a cell failed on both sides before
     before, after = _measurement(base), _measurement(head)
     if before.skipped and after.skipped:
         return None

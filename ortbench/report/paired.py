@@ -14,6 +14,7 @@ effect.
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -24,7 +25,17 @@ from scipy import stats
 
 from ..bench.store import read_records
 from ..errors import OrtBenchError
-from ..schema import BASE, FITS, HEAD, KEYS, PER_STEP, POSITIONS, SAMPLES, SIDE
+from ..schema import (
+    BASE,
+    FITS,
+    HEAD,
+    KEYS,
+    PER_STEP,
+    POSITIONS,
+    RESULTS_CSV,
+    SAMPLES,
+    SIDE,
+)
 from .instruction_verdicts import THRESHOLD, instructions_verdict
 from .resultsets import COUNT, Measurement
 from .units import format_value
@@ -245,6 +256,36 @@ def _cell_verdicts(params: str, base: dict, head: dict, threshold: float, warn: 
         )
         return verdicts, None
     return verdicts, (params, before, after, paired_test(ratios))
+
+
+def refuse_ab_run(path: str | Path, instead: str) -> None:
+    """Refuse an A/B run folder where a command reads the run of one side (``compare``,
+    ``report``): its rows come two per cell, BASE's and HEAD's.
+
+    Parameters
+    ----------
+    path : str or Path
+        What the command was given; anything but an A/B run folder passes.
+    instead : str
+        What the command reads, for the error line.
+
+    Raises
+    ------
+    OrtBenchError
+        When ``path`` is a run folder whose ``results.csv`` has a ``side`` column: one line
+        naming its verdict (``ab.md``) and ``instead``.
+    """
+    folder = Path(path)
+    try:
+        with open(folder / RESULTS_CSV, encoding="utf-8", newline="") as f:
+            sided = SIDE in next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return  # not a run folder, or one whose reader says what is wrong with it
+    if sided:
+        raise OrtBenchError(
+            f"{folder} is an ortbench ab run (a row per cell and side): its verdict is in "
+            f"{folder / AB_MD}; {instead}"
+        )
 
 
 def ab_comparison(

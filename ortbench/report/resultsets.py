@@ -34,6 +34,10 @@ from ..schema import KEYS, RESULTS_CSV, RESULTS_JSONL, SAMPLES
 
 #: The unit of deterministic counters: any increase is a regression.
 COUNT = "count"
+#: The status of a cell its run was interrupted before: never measured.
+INTERRUPTED = "interrupted"
+#: What a result set is read from, as an error about any other file says.
+ACCEPTED = f": give an ortbench bench run folder (holding {RESULTS_JSONL}) or an asv result .json"
 
 
 @dataclass(frozen=True)
@@ -44,14 +48,21 @@ class Measurement:
     unit: str | None = None
     samples: tuple[float, ...] | None = None
     ci: tuple[float, float] | None = None
+    #: never measured: its run was interrupted before the cell finished (``value`` is None)
+    interrupted: bool = False
 
     @property
     def failed(self) -> bool:
-        return self.value is None
+        return self.value is None and not self.interrupted
 
     @property
     def skipped(self) -> bool:
         return self.value is not None and math.isnan(self.value)
+
+    @property
+    def measured(self) -> bool:
+        """True when it holds a value: not failed, skipped nor interrupted."""
+        return self.value is not None and not math.isnan(self.value)
 
     @property
     def counter(self) -> bool:
@@ -126,12 +137,12 @@ def load_result_set(path: str | Path | ResultSet, measurements: bool = True) -> 
     if path.is_dir():
         if (path / RESULTS_JSONL).exists():
             return _bench_folder(path)
-        raise OrtBenchError(
-            f"{path} is a folder without {RESULTS_JSONL}: give an ortbench bench run folder "
-            "or an asv result file"
-        )
+        raise OrtBenchError(f"{path} is a folder without {RESULTS_JSONL}{ACCEPTED}")
     if not path.exists():
         raise OrtBenchError(f"{path} does not exist")
+    if (path.parent / RESULTS_JSONL).is_file():
+        folder = path.parent if path.parent.name else path.absolute().parent
+        raise OrtBenchError(f"{path} is a file of the run folder {folder}: give the folder")
     return _asv_file(path)
 
 
@@ -171,11 +182,13 @@ def _bench_folder(folder: Path) -> ResultSet:
                 value = _number(record.get(name), f"{where}, {name}")
                 value = math.nan if value is None else value
             else:
-                value = None if status.startswith(("failed", "interrupted")) else math.nan
+                value = None if status.startswith(("failed", INTERRUPTED)) else math.nan
             samples = None
             if name == "seconds_per_step":
                 samples = _samples(record.get(SAMPLES), f"{where}, {SAMPLES}")
-            measurements[(name, params)] = Measurement(value, unit, samples)
+            measurements[(name, params)] = Measurement(
+                value, unit, samples, interrupted=status == INTERRUPTED
+            )
     run = records[0].get("run_id", folder.name) if records else folder.name
     return ResultSet(
         f"run {run}",
@@ -196,12 +209,19 @@ def _column(columns: dict, name: str, n: int, where: str) -> list:
     return values
 
 
-def _read_json(path: Path, what: str) -> object:
+def _read_json(path: Path, what: str, hint: str = "") -> object:
+    """The JSON document in ``path``; else raise one line naming it, saying it is not
+    ``what`` and why (then ``hint``)."""
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise OrtBenchError(f"{path} is not {what}: {e}") from None
+    except OSError as e:
+        reason = e.strerror or str(e)
+    except UnicodeDecodeError:
+        reason = "not a text file"
+    except json.JSONDecodeError as e:
+        reason = f"not JSON: {e.msg} at line {e.lineno}" if e.doc.strip() else "empty"
+    raise OrtBenchError(f"{path} is not {what} ({reason}){hint}")
 
 
 def _asv_benchmarks(path: Path) -> dict:
@@ -227,13 +247,15 @@ def _asv_benchmarks(path: Path) -> dict:
 
 
 def _asv_file(path: Path) -> ResultSet:
-    data = _read_json(path, "an asv result file")
+    data = _read_json(path, "an asv result file", ACCEPTED)
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("results"), dict)
         or not isinstance(data.get("result_columns"), list)
     ):
-        raise OrtBenchError(f"{path} is not an asv result file (no results or result_columns)")
+        raise OrtBenchError(
+            f"{path} is not an asv result file (no results or result_columns){ACCEPTED}"
+        )
     info = _asv_benchmarks(path)
     measurements = {}
     for name, row in data["results"].items():

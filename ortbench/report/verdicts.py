@@ -12,11 +12,13 @@ beyond the threshold, as ``asv compare`` decides. Verdicts:
 - not significant: beyond the threshold but within the noise;
 - improved: significantly faster (smaller) by more than ``warn``, a counter fell, or
   errored in BASE and measured in HEAD;
-- missing: measured in HEAD only, or unavailable in BASE;
+- missing: measured in HEAD only, unavailable in BASE, or not run on a side (its run was
+  interrupted before the cell) and not errored in HEAD;
 - unchanged: anything else measured on both sides.
 
 Cells skipped on both sides (setup raised NotImplementedError, "unavailable"), or in the
-only side they appear in, are left out. Only regressed and failed fail a CI job; drift?
+only side they appear in, are left out, and so are the counters of a cell an interrupted
+run did not measure unless the other side did (its time says it did not run). Only regressed and failed fail a CI job; drift?
 leaves the comparison inconclusive. Two runs made apart are each one process: their
 verdicts are indicative, and ``ortbench ab`` (both sides timed together) is the gate.
 """
@@ -28,9 +30,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .drift import DRIFT, Drift, measure_drift
-from .resultsets import Measurement, ResultSet
+from .resultsets import INTERRUPTED, Measurement, ResultSet
 from .significance import P_THRESHOLD, is_significant
-from .units import format_value
+from .units import format_value, plural
 
 REGRESSED = "regressed"
 FAILED = "failed"
@@ -102,6 +104,8 @@ def judge(
     """Verdict, ratio (after / before) and a note for one pair measured on both sides."""
     if after.failed:
         return FAILED, None, f"errored in {'both' if before.failed else 'HEAD'}"
+    if before.interrupted or after.interrupted:
+        return MISSING, None, _interrupted(before, after)
     if before.failed and after.skipped:
         return MISSING, None, "errored in BASE, could not run in HEAD"
     if before.failed:
@@ -128,15 +132,37 @@ def judge(
     return UNCHANGED, ratio, ""
 
 
+def _interrupted(before: Measurement, after: Measurement) -> str:
+    """The note of a pair that a side's interrupted run never measured."""
+    if before.interrupted and after.interrupted:
+        return "not run: interrupted in both"
+    return f"not run: interrupted in {'HEAD' if after.interrupted else 'BASE'}"
+
+
 def judge_one_side(before: Measurement | None, after: Measurement | None) -> tuple[str, None, str]:
     """Verdict, no ratio, and a note for a pair present on one side only (not skipped)."""
     if after is None:
-        if before.failed:
-            return MISSING, None, "errored in BASE, absent from HEAD"
+        if before.failed or before.interrupted:
+            how = "errored" if before.failed else "not run: interrupted"
+            return MISSING, None, f"{how} in BASE, absent from HEAD"
         return FAILED, None, "absent from HEAD"
     if after.failed:
         return FAILED, None, "errored in HEAD, absent from BASE"
     return MISSING, None, "only in HEAD"
+
+
+def _left_out(before: Measurement | None, after: Measurement | None) -> bool:
+    """Whether a pair is no verdict: skipped wherever it appears, or a counter no side
+    measured where a side's run was interrupted before the cell (the counter may not apply
+    to the contender at all; the cell's time says it did not run)."""
+    present = [m for m in (before, after) if m is not None]
+    if all(m.skipped for m in present):
+        return True
+    return (
+        present[0].counter
+        and any(m.interrupted for m in present)
+        and not any(m.measured for m in present)
+    )
 
 
 def compare(
@@ -152,13 +178,10 @@ def compare(
         if key[1] in left_out:
             continue
         before, after = base.measurements.get(key), head.measurements.get(key)
-        if before is None or after is None:
-            present = before or after
-            if present.skipped:
-                continue
-            verdicts.append(Verdict(*key, before, after, *judge_one_side(before, after)))
+        if _left_out(before, after):
             continue
-        if before.skipped and after.skipped:
+        if before is None or after is None:
+            verdicts.append(Verdict(*key, before, after, *judge_one_side(before, after)))
             continue
         if moved:
             after = drift.normalise(after)
@@ -177,11 +200,15 @@ def compare(
     return Comparison(base.label, head.label, threshold, warn, verdicts, drift, bad_rows)
 
 
-def _cell(m: Measurement | None) -> str:
+def measurement_text(m: Measurement | None) -> str:
+    """A side's measurement as a report shows it: a value with its unit, ``failed``,
+    ``interrupted``, ``n/a`` (skipped) or ``-`` (absent)."""
     if m is None:
         return "-"
     if m.failed:
         return "failed"
+    if m.interrupted:
+        return INTERRUPTED
     return format_value(m.value, m.unit)
 
 
@@ -196,7 +223,7 @@ def _line(v: Verdict) -> str:
     note = f" ({v.note})" if v.note else ""
     return (
         f"| {escape_cell(verdict + note)} | `{escape_cell(v.benchmark)}` "
-        f"| {escape_cell(v.params or '-')} | {_cell(v.before)} | {_cell(v.after)} | {ratio} |"
+        f"| {escape_cell(v.params or '-')} | {measurement_text(v.before)} | {measurement_text(v.after)} | {ratio} |"
     )
 
 
@@ -239,7 +266,7 @@ def comparison_markdown(comparison: Comparison) -> str:
     if comparison.bad_rows:
         lines += [
             "",
-            f"{len(comparison.bad_rows)} bad rows left out, their cells not judged:",
+            f"{plural(len(comparison.bad_rows), 'bad row')} left out, their cells not judged:",
             "",
             *(f"- {row}" for row in comparison.bad_rows),
         ]
