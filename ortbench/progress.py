@@ -1,8 +1,8 @@
-"""Progress of a long loop: a tqdm bar on a terminal, one plain line per step otherwise.
+"""Progress of a long loop: a tqdm bar on a terminal, plain lines otherwise.
 
-A log file or a CI job then gets one readable line per epoch (or per benchmark cell), with
-the time spent and an estimate of the time left, instead of a bar redrawn with carriage
-returns.
+A log file or a CI job then gets readable lines (one per epoch, or at most one every few
+seconds for a benchmark run), with the time spent and an estimate of the time left,
+instead of a bar redrawn with carriage returns.
 """
 
 from __future__ import annotations
@@ -20,15 +20,18 @@ class Progress:
     Parameters
     ----------
     total : int
-        Steps the loop will run.
+        Steps the loop will run (:meth:`grow` adds more).
     name : str
         What runs, shown first on every line (and as the bar's description).
     unit : str
-        What a step is ("epoch", "cell").
+        What a step is ("epoch", "stage").
     stream : file, optional
         Where to write; standard error by default.
     bar : bool, optional
         Draw a tqdm bar; by default when ``stream`` is a terminal.
+    every : float, optional
+        Without a bar, the fewest seconds between two lines of :meth:`step` (0: a line
+        per step); the steps in between only count.
     """
 
     def __init__(
@@ -38,11 +41,14 @@ class Progress:
         unit: str,
         stream: TextIO | None = None,
         bar: bool | None = None,
+        every: float = 0.0,
     ):
-        self.total, self.name, self.unit = total, name, unit
+        self.total, self.name, self.unit, self.every = total, name, unit, every
         self.stream = stream or sys.stderr
         self.done = 0
         self.start = time.perf_counter()
+        #: seconds into the loop when the last line was written
+        self.shown = 0.0
         if bar is None:
             bar = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.bar = (
@@ -51,8 +57,8 @@ class Progress:
             else None
         )
 
-    def step(self, text: str = "", elapsed: float | None = None) -> None:
-        """One more step finished; ``text`` says how it went.
+    def step(self, text: str = "", elapsed: float | None = None, steps: int = 1) -> None:
+        """``steps`` more steps finished; ``text`` says how it went.
 
         Parameters
         ----------
@@ -61,17 +67,52 @@ class Progress:
         elapsed : float, optional
             Seconds since the loop started, when the caller timed it (by default, since
             this object was made).
+        steps : int, optional
+            Steps that finished together.
         """
-        self.done += 1
+        self.done += steps
         if self.bar is not None:
             self.bar.set_postfix_str(text, refresh=False)
-            self.bar.update(1)
+            self.bar.update(steps)
             if self.done >= self.total:
                 self.bar.close()
             return
-        if elapsed is None:
-            elapsed = time.perf_counter() - self.start
-        left = elapsed / self.done * (self.total - self.done)
-        timing = f"{elapsed:.1f}s" + (f", about {left:.0f}s left" if self.done < self.total else "")
-        parts = (f"[{self.name}]", f"{self.unit} {self.done}/{self.total}", text, f"({timing})")
-        print(" ".join(p for p in parts if p), file=self.stream, flush=True)
+        elapsed = self._elapsed(elapsed)
+        if elapsed - self.shown >= self.every:
+            self._line(elapsed, f"{self.unit} {self.done}/{self.total}", text)
+
+    def grow(self, steps: int) -> None:
+        """The loop runs ``steps`` more steps than it planned."""
+        self.total += steps
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
+
+    def note(self, text: str, elapsed: float | None = None) -> None:
+        """Write ``text`` now, whatever the pace of :meth:`step`: above the bar on a
+        terminal, else as a line with the time spent and the time the steps leave.
+
+        Parameters
+        ----------
+        text : str
+            What happened (a result).
+        elapsed : float, optional
+            Seconds since the loop started, as in :meth:`step`.
+        """
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+            return
+        self._line(self._elapsed(elapsed), text)
+
+    def _elapsed(self, elapsed: float | None) -> float:
+        return time.perf_counter() - self.start if elapsed is None else elapsed
+
+    def _line(self, elapsed: float, *parts: str) -> None:
+        """One line: the name, ``parts``, the time spent and, while steps are left and
+        some finished, the time left at the pace of those."""
+        timing = f"{elapsed:.1f}s"
+        if 0 < self.done < self.total:
+            timing += f", about {elapsed / self.done * (self.total - self.done):.0f}s left"
+        line = " ".join(p for p in (f"[{self.name}]", *parts, f"({timing})") if p)
+        print(line, file=self.stream, flush=True)
+        self.shown = elapsed

@@ -252,15 +252,26 @@ def test_default_devices_are_those_that_answer(monkeypatch):
     machine.cuda_answers.cache_clear()
 
 
-@cpu_build_only
 def test_a_run_where_no_cell_can_run_fails_with_one_line(tmp_path, capsys):
-    options = TINY.replace("--devices cpu", "--devices cuda")
+    options = TINY.replace("ort-portable-fwbw", "sklearn-sgd").replace("linear", "mlp")
     status = main(["bench", *options.split(), "--out", str(tmp_path)])
     err = capsys.readouterr().err.splitlines()
     assert status == 2
     assert err[-1].startswith("ortbench: error: no cell could run (unavailable: ")
     (folder,) = tmp_path.iterdir()
     assert json.loads((folder / RESULTS_JSONL).read_text())["status"].startswith("unavailable")
+
+
+@cpu_build_only
+def test_devices_none_of_which_answers_are_refused_before_any_work(tmp_path, capsys):
+    options = TINY.replace("--devices cpu", "--devices cuda")
+    assert main(["bench", *options.split(), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "ortbench: error: --devices cuda: none answers on this machine, which has cpu: CUDA "
+        'needs the gpu extra (pip install ".[gpu]") and a device its libraries load on'
+    ]
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_run_folder_is_named_after_its_run(tmp_path):

@@ -5,13 +5,18 @@ set, device and batch size, their timed fits interleaved) and appends each row t
 run folder as soon as its group finishes. A cell a contender cannot run gets a row with
 status "unavailable: <reason>" (a contender whose backend has no gradient for a node of
 the model included), a cell that raised gets "failed: <error>": no cell disappears.
+
+A group takes minutes on a large model, so its progress is reported in stages
+(:class:`Stage`): each contender's first fit, the sizing of each long fit, each round.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,9 +121,12 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return (
-            f"{self.contender} {self.problem}/{self.dataset} batch={self.batch_size} {self.device}"
-        )
+        return f"{self.contender} {self.group_label}"
+
+    @property
+    def group_label(self) -> str:
+        """The cell's group (:func:`run_group`): all but the contender."""
+        return f"{self.problem}/{self.dataset} batch={self.batch_size} {self.device}"
 
 
 def cells(config: BenchConfig) -> list[Cell]:
@@ -129,6 +137,85 @@ def cells(config: BenchConfig) -> list[Cell]:
             config.problems, config.datasets, config.devices, config.batch_sizes, config.contenders
         )
     ]
+
+
+def groups(config: BenchConfig, only: Collection[Cell] | None = None) -> list[list[Cell]]:
+    """The groups :func:`run_matrix` runs, in turn: the cells of ``only`` (all by default)
+    that differ only by contender."""
+    todo = [cell for cell in cells(config.check()) if only is None or cell in only]
+    return [
+        list(group)
+        for _, group in itertools.groupby(
+            todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
+        )
+    ]
+
+
+def planned_stages(config: BenchConfig, only: Collection[Cell] | None = None) -> int:
+    """The stages (:class:`Stage`) of the groups of ``config`` (those of ``only``): each
+    contender's first fit and the sizing of its long fit, then the group's rounds. Timing
+    a group's rounds again adds ``repeat`` more."""
+    return sum(2 * len(group) + config.repeat for group in groups(config, only))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage of the run that finished: ``done`` of its ``total`` stages are (``total``
+    grows when a group's rounds are timed again; see :func:`planned_stages`).
+
+    Stages, unlike cells, finish at a steady pace: all the cells of a group finish
+    together, at its end.
+    """
+
+    done: int
+    total: int
+    #: the group's :attr:`Cell.group_label`
+    group: str
+    #: what finished: "torch-sgd fitted", "round 2/10"...
+    text: str
+
+
+class _StageCounter:
+    """The run's stages: counts them and reports each one as it finishes."""
+
+    def __init__(self, total: int, report: Callable[[Stage], None]):
+        self.done, self.total, self.report = 0, total, report
+        self.group = ""
+
+    def finished(self, text: str, stages: int = 1) -> None:
+        self.done += stages
+        self.report(Stage(self.done, self.total, self.group, text))
+
+    def add(self, stages: int) -> None:
+        self.total += stages
+
+
+#: The counter of the run :func:`run_matrix` runs (None outside one): how
+#: :func:`run_group` reports its stages without taking another argument.
+_STAGES: ContextVar[_StageCounter | None] = ContextVar("stages", default=None)
+
+
+@contextlib.contextmanager
+def _counting(counter: _StageCounter) -> Iterator[None]:
+    token = _STAGES.set(counter)
+    try:
+        yield
+    finally:
+        _STAGES.reset(token)
+
+
+def _finished(text: str, stages: int = 1) -> None:
+    """Report a stage of the running group, or ``stages`` of them finished at once."""
+    counter = _STAGES.get()
+    if counter is not None:
+        counter.finished(text, stages)
+
+
+def _more_stages(stages: int) -> None:
+    """The running group takes ``stages`` more stages than planned."""
+    counter = _STAGES.get()
+    if counter is not None:
+        counter.add(stages)
 
 
 @dataclass
@@ -245,6 +332,9 @@ def run_group(
     long fits; a cell whose second rounds are no measurement either keeps them, with the
     status "unstable: <reason>".
 
+    Each stage of the group (:class:`Stage`) is reported as it finishes when
+    :func:`run_matrix` runs it.
+
     Raises
     ------
     Interrupted
@@ -257,6 +347,7 @@ def run_group(
             row, contender = _prepare(cell, config, interrupted)
             rows.append(row)
             contenders.append(contender)
+            _first_fit_finished(cell, row, contender)
         with settled_heap():
             durations = _timed_fits(contenders, config, rows, interrupted)
         return [
@@ -272,6 +363,15 @@ def run_group(
             if result.row["status"] == "ok":
                 result.row["status"] = "interrupted"
         raise Interrupted(results) from None
+
+
+def _first_fit_finished(cell: Cell, row: dict, contender: Contender | None) -> None:
+    """Report a contender's first fit; one that will not be timed skips the sizing of its
+    long fit too."""
+    if contender is None:
+        _finished(f"{cell.contender} {row['status'].split(':')[0]}", stages=2)
+    else:
+        _finished(f"{cell.contender} fitted")
 
 
 def _finish(
@@ -336,17 +436,23 @@ def _timed_fits(
 
     fits = TimedFits(fit)
     running = [k for k, contender in enumerate(contenders) if contender is not None]
-    long_epochs = {k: fits.long_epochs([k], config.epochs) for k in running}
+    long_epochs = {}
+    for k in running:
+        long_epochs[k] = fits.long_epochs([k], config.epochs)
+        sized = "failed" if contenders[k] is None else f"long fits of {long_epochs[k]} epochs"
+        _finished(f"{rows[k]['contender']} {sized}")
 
-    def timed_rounds() -> list[list[tuple[float, float]]]:
+    def timed_rounds(what: str) -> list[list[tuple[float, float]]]:
         pairs: list[list[tuple[float, float]]] = [[] for _ in contenders]
         order = [k for k in running if contenders[k] is not None]
-        for durations in fits.rounds(long_epochs, [order] * config.repeat):
+        rounds = fits.rounds(long_epochs, [order] * config.repeat)
+        for done, durations in enumerate(rounds, start=1):
             for k, pair in durations.items():
                 pairs[k].append(pair)
+            _finished(f"{what} {done}/{config.repeat}")
         return pairs
 
-    pairs = timed_rounds()
+    pairs = timed_rounds("round")
     again = any(
         unstable([t for t, _ in _slopes(contenders[k], pairs[k], long_epochs[k])])
         for k in running
@@ -355,7 +461,8 @@ def _timed_fits(
     if again:
         for k, epochs in long_epochs.items():
             long_epochs[k] = SHORT_EPOCHS + AGAIN_GROWTH * (epochs - SHORT_EPOCHS)
-        pairs = timed_rounds()
+        _more_stages(config.repeat)
+        pairs = timed_rounds("round timed again")
     for k in running:
         rows[k]["timing"] = timing_column(long_epochs[k], fits.quiet_gave_up[k], again)
     return [(pairs[k], long_epochs.get(k, 0)) for k in range(len(contenders))]
@@ -367,10 +474,15 @@ def run_matrix(
     run_id: str,
     progress: Callable[[int, int, Cell, dict], None] | None = None,
     only: Collection[Cell] | None = None,
+    stages: Callable[[Stage], None] | None = None,
 ) -> int:
     """Run every cell, or those of ``only`` (a shard, see :mod:`.shard`), group by group
     (see :func:`run_group`), appending each row to ``writer`` as its group finishes;
     return the number of cells run.
+
+    ``progress(done, total, cell, row)`` sees each row as it is written, ``stages`` each
+    stage of the run as it finishes (:class:`Stage`: they come while a group runs, its
+    rows only at its end).
 
     Raises
     ------
@@ -379,8 +491,10 @@ def run_matrix(
     OrtBenchError
         When a row cannot be written (the files end on the last whole row).
     """
-    todo = [cell for cell in cells(config.check()) if only is None or cell in only]
+    todo = groups(config, only)
+    total = sum(len(group) for group in todo)
     context = {"run_id": run_id, **versions(), **machine()}
+    counter = _StageCounter(planned_stages(config, only), stages or (lambda stage: None))
     done = 0
 
     def write(cell: Cell, result: CellResult) -> None:
@@ -390,13 +504,11 @@ def run_matrix(
         writer.append(row, result.samples, result.loss_curve)
         done += 1
         if progress is not None:
-            progress(done, len(todo), cell, row)
+            progress(done, total, cell, row)
 
-    with interruptible() as signals:
-        for _, group in itertools.groupby(
-            todo, key=lambda c: (c.problem, c.dataset, c.device, c.batch_size)
-        ):
-            group = list(group)
+    with interruptible() as signals, _counting(counter):
+        for group in todo:
+            counter.group = group[0].group_label
             try:
                 results = run_group(group, config, signals.came)
             except Interrupted as e:
@@ -406,7 +518,7 @@ def run_matrix(
                     write(cell, result)
             if signals.came():
                 raise KeyboardInterrupt
-    return len(todo)
+    return total
 
 
 def run_id_now() -> str:

@@ -6,13 +6,26 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TextIO
 
 from ..bench.calibration import write_calibration
 from ..bench.contenders import CONTENDERS
 from ..bench.datasets import DATASETS, MIN_SAMPLES
-from ..bench.matrix import DEVICES, QUICK, UNSTABLE, BenchConfig, Cell, run_id_now, run_matrix
+from ..bench.machine import available_devices
+from ..bench.matrix import (
+    DEVICES,
+    QUICK,
+    UNSTABLE,
+    BenchConfig,
+    Cell,
+    Stage,
+    planned_stages,
+    run_id_now,
+    run_matrix,
+)
 from ..bench.problems import (
     PROBLEMS,
     default_datasets,
@@ -31,20 +44,43 @@ from ..report.units import format_seconds
 from . import EXIT_FAILING, EXIT_INTERRUPTED, RUNTIME_COMMANDS
 from .options import at_least, count, counts, joined, names
 
+#: Seconds at least between two lines on a group's stages in a log (a cell's row always
+#: gets its line).
+LINE_EVERY = 10.0
 
-def _progress(start: float):
-    """Cells as they finish, with the time left: a bar on a terminal, else one line each."""
-    shown: list[Progress] = []
 
-    def report(done: int, total: int, cell: Cell, row: dict) -> None:
+class RunProgress:
+    """What ``bench`` shows while it runs: the stages of its groups as they finish (a bar
+    on a terminal, else a line at most every :data:`LINE_EVERY` seconds), and a line for
+    each cell as its row is written. The time left counts stages, which finish at a
+    steady pace, not cells, which finish together at the end of their group.
+
+    Parameters
+    ----------
+    stages : int
+        The stages the run plans (:func:`~ortbench.bench.matrix.planned_stages`).
+    clock : callable
+        Seconds since the run started.
+    stream : file, optional
+        Where to write; standard error by default.
+    """
+
+    def __init__(self, stages: int, clock: Callable[[], float], stream: TextIO | None = None):
+        self.clock = clock
+        self.progress = Progress(stages, "ortbench bench", "stage", stream, every=LINE_EVERY)
+
+    def stage(self, stage: Stage) -> None:
+        """A stage of a group finished (``run_matrix``'s ``stages``)."""
+        self.progress.grow(stage.total - self.progress.total)
+        steps = stage.done - self.progress.done
+        self.progress.step(f"{stage.group}: {stage.text}", self.clock(), steps)
+
+    def cell(self, done: int, total: int, cell: Cell, row: dict) -> None:
+        """The row of a cell was written (``run_matrix``'s ``progress``)."""
         status = row["status"]
         if status == "ok":
             status = f"{format_seconds(row['seconds_per_step'])} per step"
-        if not shown:
-            shown.append(Progress(total, "ortbench bench", "cell"))
-        shown[0].step(f"{cell.label}: {status}", time.perf_counter() - start)
-
-    return report
+        self.progress.note(f"cell {done}/{total} {cell.label}: {status}", self.clock())
 
 
 def matrix_config(args: argparse.Namespace) -> BenchConfig:
@@ -145,6 +181,13 @@ def run(args: argparse.Namespace) -> int:
     """Run the matrix and write its reports; 1 when a cell failed or was unstable (0 with
     ``--keep-going``), 130 when interrupted."""
     config = matrix_config(args)
+    here = available_devices()
+    if not set(config.devices) & set(here):  # one absent among others: its rows say so
+        raise OrtBenchError(
+            f"--devices {' '.join(config.devices)}: none answers on this machine, which has "
+            f'{", ".join(here)}: CUDA needs the gpu extra (pip install ".[gpu]") and a '
+            "device its libraries load on"
+        )
     todo = shard_todo(args, config)
     folder = create_run_folder(args.out, run_id_now())
     start = time.perf_counter()
@@ -154,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         writer = ResultsWriter(folder)
         write_calibration(folder, config.repeat)
-        run_matrix(config, writer, folder.name, progress=_progress(start), only=todo)
+        shown = RunProgress(planned_stages(config, todo), lambda: time.perf_counter() - start)
+        run_matrix(config, writer, folder.name, shown.cell, todo, shown.stage)
         write_calibration(folder, config.repeat)
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():
@@ -212,12 +256,27 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--contenders", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(CONTENDERS)}"
     )
     matrix.add_argument(
-        "--problem", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(PROBLEMS)}"
+        "--problem",
+        type=names,
+        nargs="+",
+        metavar="NAME",
+        help=f"of {', '.join(PROBLEMS)} (default {' '.join(BenchConfig.problems)})",
     )
     matrix.add_argument(
-        "--dataset", type=names, nargs="+", metavar="NAME", help=f"of {', '.join(DATASETS)}"
+        "--dataset",
+        type=names,
+        nargs="+",
+        metavar="NAME",
+        help=f"of {', '.join(DATASETS)} (default {' '.join(BenchConfig.datasets)}; "
+        f"{default_datasets(('cnn',))[0]} when every problem is a network)",
     )
-    matrix.add_argument("--batch-sizes", type=counts, nargs="+", metavar="N")
+    matrix.add_argument(
+        "--batch-sizes",
+        type=counts,
+        nargs="+",
+        metavar="N",
+        help=f"default {' '.join(map(str, BenchConfig.batch_sizes))}",
+    )
     matrix.add_argument(
         "--devices",
         type=names,
