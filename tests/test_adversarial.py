@@ -118,6 +118,25 @@ def test_compare_never_writes_over_a_run_data_file(tmp_path, capsys, name, optio
     assert _digest(target) == before
 
 
+@pytest.mark.parametrize("name", ["index.html", "summary.md"])
+@pytest.mark.parametrize("option", ["--out", "--html"])
+def test_compare_does_not_take_the_place_of_a_runs_own_report(tmp_path, capsys, name, option):
+    """A comparison written as a run folder's ``index.html`` or ``summary.md`` would hide
+    the run's own report: refused; the same name elsewhere is fine."""
+    run = _run_folder(tmp_path / "run")
+    assert main(["report", str(run)]) == 0
+    target = run / name
+    before = _digest(target)
+    capsys.readouterr()
+    assert main(["compare", str(run), str(run), option, str(target)]) == 2
+    assert capsys.readouterr().err == (
+        f"ortbench: error: cannot use {option} {target}: it is the run's own report "
+        "(ortbench report writes it); choose another path\n"
+    )
+    assert _digest(target) == before
+    assert main(["compare", str(run), str(run), option, str(tmp_path / name)]) == 0
+
+
 @pytest.mark.parametrize("command", [["bench", "--quick"], ["profile", "ort-fwbw"]])
 def test_bench_and_profile_out_refuse_a_run_data_file(tmp_path, capsys, command):
     target = _run_folder(tmp_path / "run") / RESULTS_CSV

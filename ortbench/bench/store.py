@@ -42,6 +42,9 @@ from ..schema import (
 
 #: Names of a run's data files: no ``--out`` of any command writes over them.
 RUN_DATA_FILES = ("results.*", "calibration.json", "timings*", "loss_curves.csv")
+#: Names of a run folder's own reports (``ortbench report`` writes them): a comparison's
+#: ``--out`` or ``--html`` does not take their place either.
+RUN_REPORTS = ("index.html", "summary.md")
 #: The columns of results.csv that hold numbers: a row with anything else in one is bad.
 NUMBERS = ["batch_size", "epochs", "steps", "repeat", *MEASURED]
 #: The columns of results.csv that count something: read back as integers when every row
@@ -91,12 +94,18 @@ def usable_file(path: str | Path, option: str = "--out") -> Path:
     Raises
     ------
     OrtBenchError
-        When ``path`` is a folder or a run's data file (:data:`RUN_DATA_FILES`), or its
-        folder is missing or not writable.
+        When ``path`` is a folder, a run's data file (:data:`RUN_DATA_FILES`) or one of a
+        run folder's reports (:data:`RUN_REPORTS`), or its folder is missing or not
+        writable.
     """
     path = Path(path)
     _not_run_data(path, option)
     parent = path.parent
+    if path.name in RUN_REPORTS and is_run_folder(parent):
+        raise OrtBenchError(
+            f"cannot use {option} {path}: it is the run's own report (ortbench report writes "
+            "it); choose another path"
+        )
     if path.is_dir():
         raise OrtBenchError(f"cannot use {option} {path}: it is a folder")
     if not parent.is_dir():
