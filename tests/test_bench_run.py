@@ -143,11 +143,11 @@ def test_an_interrupted_run_keeps_its_finished_rows(tmp_path, monkeypatch, capsy
     real = matrix.run_group
     calls = []
 
-    def interrupted_in_the_second_group(group, config, interrupted):
+    def interrupted_in_the_second_group(group, config, interrupted, stages):
         calls.append(group)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(group, config, interrupted)
+        return real(group, config, interrupted, stages)
 
     monkeypatch.setattr(matrix, "run_group", interrupted_in_the_second_group)
     options = "--contenders ort-fwbw,sklearn-mlp-sgd --problem linear --dataset diabetes"

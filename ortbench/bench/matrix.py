@@ -12,11 +12,9 @@ A group takes minutes on a large model, so its progress is reported in stages
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import time
-from collections.abc import Callable, Collection, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -175,47 +173,31 @@ class Stage:
     text: str
 
 
-class _StageCounter:
-    """The run's stages: counts them and reports each one as it finishes."""
+class StageCounter:
+    """A run's stages: counts them and reports each one as it finishes.
 
-    def __init__(self, total: int, report: Callable[[Stage], None]):
+    Parameters
+    ----------
+    total : int
+        The stages the run plans (:func:`planned_stages`).
+    report : callable, optional
+        Called with each :class:`Stage` as it finishes (by default nothing is reported).
+    """
+
+    def __init__(self, total: int = 0, report: Callable[[Stage], None] | None = None):
         self.done, self.total, self.report = 0, total, report
+        #: the :attr:`Cell.group_label` of the group that runs
         self.group = ""
 
     def finished(self, text: str, stages: int = 1) -> None:
+        """``stages`` more stages finished; ``text`` says which."""
         self.done += stages
-        self.report(Stage(self.done, self.total, self.group, text))
+        if self.report is not None:
+            self.report(Stage(self.done, self.total, self.group, text))
 
     def add(self, stages: int) -> None:
+        """The run takes ``stages`` more stages than planned."""
         self.total += stages
-
-
-#: The counter of the run :func:`run_matrix` runs (None outside one): how
-#: :func:`run_group` reports its stages without taking another argument.
-_STAGES: ContextVar[_StageCounter | None] = ContextVar("stages", default=None)
-
-
-@contextlib.contextmanager
-def _counting(counter: _StageCounter) -> Iterator[None]:
-    token = _STAGES.set(counter)
-    try:
-        yield
-    finally:
-        _STAGES.reset(token)
-
-
-def _finished(text: str, stages: int = 1) -> None:
-    """Report a stage of the running group, or ``stages`` of them finished at once."""
-    counter = _STAGES.get()
-    if counter is not None:
-        counter.finished(text, stages)
-
-
-def _more_stages(stages: int) -> None:
-    """The running group takes ``stages`` more stages than planned."""
-    counter = _STAGES.get()
-    if counter is not None:
-        counter.add(stages)
 
 
 @dataclass
@@ -312,7 +294,10 @@ def _check(interrupted: Callable[[], bool]) -> None:
 
 
 def run_group(
-    group: list[Cell], config: BenchConfig, interrupted: Callable[[], bool] = lambda: False
+    group: list[Cell],
+    config: BenchConfig,
+    interrupted: Callable[[], bool] = lambda: False,
+    stages: StageCounter | None = None,
 ) -> list[CellResult]:
     """Run cells that differ only by contender, their timed fits interleaved.
 
@@ -332,8 +317,7 @@ def run_group(
     long fits; a cell whose second rounds are no measurement either keeps them, with the
     status "unstable: <reason>".
 
-    Each stage of the group (:class:`Stage`) is reported as it finishes when
-    :func:`run_matrix` runs it.
+    Each stage of the group (:class:`Stage`) is counted by ``stages`` as it finishes.
 
     Raises
     ------
@@ -341,15 +325,19 @@ def run_group(
         When SIGINT or SIGTERM came (see :mod:`.interruption`): its results mark the
         group's unfinished cells "interrupted".
     """
+    stages = stages or StageCounter()
     rows, contenders = [], []
     try:
         for cell in group:
             row, contender = _prepare(cell, config, interrupted)
             rows.append(row)
             contenders.append(contender)
-            _first_fit_finished(cell, row, contender)
+            if contender is None:  # never timed: its sizing is skipped too
+                stages.finished(f"{cell.contender} {row['status'].split(':')[0]}", 2)
+            else:
+                stages.finished(f"{cell.contender} fitted")
         with settled_heap():
-            durations = _timed_fits(contenders, config, rows, interrupted)
+            durations = _timed_fits(contenders, config, rows, interrupted, stages)
         return [
             _finish(row, contender, *fits, interrupted)
             for row, contender, fits in zip(rows, contenders, durations)
@@ -363,15 +351,6 @@ def run_group(
             if result.row["status"] == "ok":
                 result.row["status"] = "interrupted"
         raise Interrupted(results) from None
-
-
-def _first_fit_finished(cell: Cell, row: dict, contender: Contender | None) -> None:
-    """Report a contender's first fit; one that will not be timed skips the sizing of its
-    long fit too."""
-    if contender is None:
-        _finished(f"{cell.contender} {row['status'].split(':')[0]}", stages=2)
-    else:
-        _finished(f"{cell.contender} fitted")
 
 
 def _finish(
@@ -408,7 +387,11 @@ def _slopes(
 
 
 def _timed_fits(
-    contenders: list, config: BenchConfig, rows: list[dict], interrupted: Callable[[], bool]
+    contenders: list,
+    config: BenchConfig,
+    rows: list[dict],
+    interrupted: Callable[[], bool],
+    stages: StageCounter,
 ) -> list[tuple[list[tuple[float, float]], int]]:
     """The (short, long) durations of each contender's rounds and the epochs of its long
     fits (see :class:`~.timing.TimedFits`); a contender whose fit breaks gets a failed
@@ -440,7 +423,7 @@ def _timed_fits(
     for k in running:
         long_epochs[k] = fits.long_epochs([k], config.epochs)
         sized = "failed" if contenders[k] is None else f"long fits of {long_epochs[k]} epochs"
-        _finished(f"{rows[k]['contender']} {sized}")
+        stages.finished(f"{rows[k]['contender']} {sized}")
 
     def timed_rounds(what: str) -> list[list[tuple[float, float]]]:
         pairs: list[list[tuple[float, float]]] = [[] for _ in contenders]
@@ -449,7 +432,7 @@ def _timed_fits(
         for done, durations in enumerate(rounds, start=1):
             for k, pair in durations.items():
                 pairs[k].append(pair)
-            _finished(f"{what} {done}/{config.repeat}")
+            stages.finished(f"{what} {done}/{config.repeat}")
         return pairs
 
     pairs = timed_rounds("round")
@@ -461,7 +444,7 @@ def _timed_fits(
     if again:
         for k, epochs in long_epochs.items():
             long_epochs[k] = SHORT_EPOCHS + AGAIN_GROWTH * (epochs - SHORT_EPOCHS)
-        _more_stages(config.repeat)
+        stages.add(config.repeat)
         pairs = timed_rounds("round timed again")
     for k in running:
         rows[k]["timing"] = timing_column(long_epochs[k], fits.quiet_gave_up[k], again)
@@ -494,7 +477,7 @@ def run_matrix(
     todo = groups(config, only)
     total = sum(len(group) for group in todo)
     context = {"run_id": run_id, **versions(), **machine()}
-    counter = _StageCounter(planned_stages(config, only), stages or (lambda stage: None))
+    counter = StageCounter(planned_stages(config, only), stages)
     done = 0
 
     def write(cell: Cell, result: CellResult) -> None:
@@ -506,11 +489,11 @@ def run_matrix(
         if progress is not None:
             progress(done, total, cell, row)
 
-    with interruptible() as signals, _counting(counter):
+    with interruptible() as signals:
         for group in todo:
             counter.group = group[0].group_label
             try:
-                results = run_group(group, config, signals.came)
+                results = run_group(group, config, signals.came, counter)
             except Interrupted as e:
                 results = e.results
             with signals.deferred():  # a group's rows are written whole
