@@ -408,11 +408,11 @@ def test_an_interrupted_shard_is_incomplete(tmp_path, monkeypatch, capsys):
     assert main([*argv, str(tmp_path / "1"), "--shard", "1/2"]) == 0
     real, calls = matrix.run_group, []
 
-    def signalled_in_the_second_group(group, config, interrupted):
+    def signalled_in_the_second_group(group, config, interrupted, stages):
         calls.append(group)
         if len(calls) == 2:
             signal.raise_signal(signal.SIGINT)  # as Ctrl-C: the handler the run installed
-        return real(group, config, interrupted)
+        return real(group, config, interrupted, stages)
 
     monkeypatch.setattr(matrix, "run_group", signalled_in_the_second_group)
     assert main([*argv, str(tmp_path / "2"), "--shard", "2/2"]) == 130
