@@ -237,6 +237,23 @@ def test_the_budget_need_not_be_a_whole_number_of_further_looks(tmp_path):
     assert counts == {AB_REPEAT + EXTRA_ROUNDS + 2}
 
 
+def test_each_round_of_a_group_is_told_as_it_ends(tmp_path):
+    """A group's cells finish together at its end: until then each round is told, the
+    rounds added for an open verdict counted on from the first ones."""
+    log, notes = [], []
+    sides = {BASE: FakeSide(BASE, log, 1.0), HEAD: Wobbly(HEAD, log, 1.10, 1.04)}
+    sequential = Sequential(0.10, AB_REPEAT + EXTRA_ROUNDS + 2)
+    run_group = functools.partial(run_pair_group, sequential=sequential)
+    writer = ResultsWriter(tmp_path, keys=[*KEYS, SIDE])
+    run_ab(CONFIG, sides, writer, "run", run_group=run_group, note=notes.append)
+    group = "mlp/make_regression batch=15 cpu"
+    first = [f"{group}: round {k}/{AB_REPEAT}" for k in range(1, AB_REPEAT + 1)]
+    more = AB_REPEAT + EXTRA_ROUNDS
+    extra = [f"{group}: round {k}/{more}" for k in range(AB_REPEAT + 1, more + 1)]
+    last = [f"{group}: round {k}/{more + 2}" for k in (more + 1, more + 2)]
+    assert notes == first + extra + last
+
+
 class Clocked(Wobbly):
     """A :class:`Wobbly` side whose every timed fit moves ``clock`` one second on."""
 

@@ -203,16 +203,39 @@ def test_the_sides_count_at_once_and_each_cell_is_written_as_it_ends(tmp_path):
         epochs=2,
         repeat=2,
     )
-    together, calls = threading.Barrier(2, timeout=5), []
+    together, calls, notes = threading.Barrier(2, timeout=5), [], []
     sides = {name: CountingFake(name, together, calls, tmp_path) for name in (BASE, HEAD)}
     writer = ResultsWriter(tmp_path, keys=[*KEYS, SIDE])
-    assert (
-        run_ab(config, sides, writer, "run", run_group=run_count_group, group_by=counted_alone) == 4
+    counted = run_ab(
+        config,
+        sides,
+        writer,
+        "run",
+        run_group=run_count_group,
+        group_by=counted_alone,
+        note=notes.append,
     )
+    assert counted == 4
     records = read_records(tmp_path)
     assert [r[PER_STEP] for r in records] == [100.0] * 8
     written = {key: rows for _, key, rows in calls}
     assert sorted(written.values()) == [0, 2, 4, 6]  # both sides' rows of each cell before
+    # each cell's counting is told as it starts, then each side's rounds as they end
+    group = "mlp/make_regression batch={} cpu: "
+    order = [(c, b) for b in (15, 64) for c in ("ort-full", "ort-fwbw")]
+    assert len(notes) == 6 * len(order)
+    for k, (contender, batch) in enumerate(order):
+        told = notes[6 * k : 6 * k + 6]
+        assert (
+            told[0] == group.format(batch) + "building and fitting once under valgrind, both sides"
+        )
+        assert told[1].startswith(
+            group.format(batch) + "counting 2 rounds of a 1- and a 3-epoch fit"
+        )
+        cell = f"{contender} mlp/make_regression batch={batch} cpu"
+        for name in (BASE, HEAD):
+            for r in (1, 2):
+                assert f"{cell}: {name} round {r}/2: 100 instructions per step" in told
 
 
 class Stalling(CountingFake):

@@ -10,14 +10,17 @@ import numpy as np
 import pytest
 
 from ortbench.bench import matrix
+from ortbench.bench.ab import PairedCell, SideResult
 from ortbench.bench.contenders import Contender
-from ortbench.bench.matrix import BenchConfig, planned_stages, run_matrix
+from ortbench.bench.matrix import BenchConfig, Cell, planned_stages, run_matrix
 from ortbench.bench.store import ResultsWriter
 from ortbench.cli import main
 from ortbench.commands import bench
+from ortbench.commands.ab import AbProgress
 from ortbench.commands.bench import LINE_EVERY, RunProgress
 from ortbench.progress import Progress
 from ortbench.report import plots
+from ortbench.schema import SIDES
 from ortbench.training import FullTrainer, LearningRateSGD
 
 
@@ -241,4 +244,25 @@ def test_bench_prints_stages_before_cells(clocked, tmp_path, monkeypatch, capsys
         "[ortbench bench] stage 7/8 linear/diabetes batch=32 cpu: round 1/2",
         "[ortbench bench] stage 8/8 linear/diabetes batch=32 cpu: round 2/2",
         "[ortbench bench] cell 2/2 clocked linear/diabetes batch=32 cpu: ok",
+    ]
+
+
+def test_ab_tells_rounds_at_most_every_line_every_seconds_and_every_cell():
+    """``ab``'s lines: every finished cell with both sides' figures, and between them the
+    rounds of the group being measured, a line at most every LINE_EVERY seconds."""
+    now = [0.0]
+    stream = io.StringIO()
+    shown = AbProgress(2, lambda: now[0], stream)
+    for seconds in (4, 8, 12, 20, 23, 30):  # told at 4; 8 is too soon; 20 is 16 s on
+        now[0] = seconds
+        shown.note(f"group: round at {seconds}s")
+    cell = Cell("ort-full", "mlp", "make_regression", 16, "cpu")
+    sides = {name: SideResult({"status": "ok"}, samples=[2e-5]) for name in SIDES}
+    shown.cell(1, 2, PairedCell(cell, sides))
+    assert LINE_EVERY == 10
+    assert [line.removeprefix("[ortbench ab] ") for line in stream.getvalue().splitlines()] == [
+        "group: round at 4s (4.0s)",
+        "group: round at 20s (20.0s)",
+        "group: round at 30s (30.0s)",
+        f"cell 1/2 {cell.label}: BASE 20 µs, HEAD 20 µs (30.0s, about 30s left)",
     ]

@@ -329,6 +329,7 @@ def run_pair_group(
     config: BenchConfig,
     sides: dict[str, Side],
     user: UserFiles | None = None,
+    note: Callable[[str], None] | None = None,
     sequential: Sequential | None = None,
 ) -> list[PairedCell]:
     """Run cells that differ only by contender on both sides, timed fits alternated.
@@ -343,7 +344,8 @@ def run_pair_group(
     between its two fits: the time per step without what a fit pays once. A side whose
     cell failed or could not run is skipped; a fit that breaks marks it failed. With
     ``sequential``, the cells whose verdict is still open get further rounds, in the same
-    alternation, until it closes or the budget is spent (:class:`Sequential`).
+    alternation, until it closes or the budget is spent (:class:`Sequential`). ``note``,
+    where given, hears of each round as it ends (``"<group>: round 3/10"``).
 
     Returns
     -------
@@ -379,7 +381,10 @@ def run_pair_group(
             [(k, name) for k in keys for name in order]
             for order in alternation(first + count)[first:]
         ]
-        for durations in fits.rounds(long_epochs, orders):
+        planned = max(first + count, config.repeat)
+        for k_round, durations in enumerate(fits.rounds(long_epochs, orders), first + 1):
+            if note is not None:
+                note(f"{group[0].group_label}: round {k_round}/{planned}")
             for (k, name), (short, long) in durations.items():
                 result = results[k].sides[name]
                 steps = result.row["steps"] // config.epochs
@@ -492,6 +497,7 @@ def run_ab(
     user: UserFiles | None = None,
     run_group: Callable[..., list] = run_pair_group,
     group_by: Callable[[Cell], Hashable] = timed_together,
+    note: Callable[[str], None] | None = None,
 ) -> int:
     """Run every cell of the matrix on both sides, group by group (see
     :func:`run_pair_group`), and append both sides' rows as each group finishes.
@@ -519,6 +525,9 @@ def run_ab(
     group_by : callable, optional
         What the cells of a group share: consecutive cells of the matrix with the same key
         go to ``run_group`` together (:func:`timed_together`, or each cell alone).
+    note : callable, optional
+        Handed to ``run_group``, which tells it how a group's rounds go while its cells
+        are not done yet (a line of text each).
 
     Returns
     -------
@@ -538,7 +547,7 @@ def run_ab(
     done = 0
     with interruptible() as signals:
         for _, group in itertools.groupby(todo, key=group_by):
-            results = run_group(list(group), config, sides, user)
+            results = run_group(list(group), config, sides, user, note)
             with signals.deferred():  # a group's rows are written whole
                 for paired in results:
                     for name, result in paired.sides.items():

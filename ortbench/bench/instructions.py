@@ -247,6 +247,7 @@ def run_count_group(
     config: BenchConfig,
     sides: dict[str, CountingWorker],
     user: UserFiles | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> list:
     """Count the instructions per step of cells on both sides.
 
@@ -255,13 +256,17 @@ def run_count_group(
     ``config.repeat`` rounds of a short fit (``SHORT_EPOCHS`` epochs) and a long one
     (``config.epochs`` more); the slope between them is the round's count per step. The
     rows get the median count per step, the rounds' counts and their spread (see
-    :data:`PER_STEP`); a fit that breaks marks that side's cell failed.
+    :data:`PER_STEP`); a fit that breaks marks that side's cell failed. ``note``, where
+    given, hears when the building and the counting start and how each side's rounds end:
+    under valgrind a round of a large cell takes minutes.
 
     Returns
     -------
     list of PairedCell
         One per cell of the group, in order.
     """
+    if note is not None:
+        note(f"{group[0].group_label}: building and fitting once under valgrind, both sides")
     results = prepare_group(group, config, sides, user)
     long_epochs = SHORT_EPOCHS + config.epochs
 
@@ -278,12 +283,16 @@ def run_count_group(
             steps_per_fit, fits = [], []
             try:
                 worker.warm(label)
-                for _ in range(config.repeat):
+                for k in range(1, config.repeat + 1):
                     short = worker.count(label, SHORT_EPOCHS)
                     long = worker.count(label, long_epochs)
                     step, fit = per_step(short, long, SHORT_EPOCHS * steps, long_epochs * steps)
                     steps_per_fit.append(step)
                     fits.append(fit)
+                    if note is not None:
+                        note(
+                            f"{label}: {name} round {k}/{config.repeat}: {step:,.0f} instructions per step"
+                        )
             except OrtBenchError as e:
                 result.row["status"] = f"failed: {e}"
                 continue
@@ -304,6 +313,11 @@ def run_count_group(
     # counts do not move with the machine's load: the sides count at once, each worker
     # on a CPU of its own (see CountingWorker). On Ctrl-C the caller does not wait for a
     # count to end: it closes the workers, and the threads end with them.
+    if note is not None and any(r.ok for paired in results for r in paired.sides.values()):
+        note(
+            f"{group[0].group_label}: counting {config.repeat} rounds of a {SHORT_EPOCHS}- and "
+            f"a {long_epochs}-epoch fit under callgrind, both sides at once"
+        )
     pool = ThreadPoolExecutor(max_workers=len(sides))
     try:
         for counted in [pool.submit(count_side, name) for name in sides]:

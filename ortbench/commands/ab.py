@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 from ..bench.ab import (
     AB_REPEAT,
@@ -48,7 +49,7 @@ from ..report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, blocks, mi
 from ..report.units import format_seconds
 from ..schema import PER_STEP, SIDE, SIDES
 from . import EXIT_FAILING, EXIT_INTERRUPTED, EXIT_NOTHING, RUNTIME_COMMANDS
-from .bench import matrix_config, shard_todo, start_shard
+from .bench import LINE_EVERY, matrix_config, shard_todo, start_shard
 from .options import add_verdict_options, count, positive
 
 #: Options of ``bench`` that ``ab`` takes but cannot honour, and why.
@@ -117,17 +118,39 @@ def _measured(result: SideResult) -> str:
     return result.row["status"]
 
 
-def _progress(start: float):
-    """Cells as they finish, both sides' median times, with the time left."""
-    shown: list[Progress] = []
+class AbProgress:
+    """What ``ab`` shows while it runs: a line for each cell as it finishes, with both
+    sides' figures (a bar on a terminal), and the rounds of the group it is measuring,
+    at most a line every :data:`~ortbench.commands.bench.LINE_EVERY` seconds: a group's
+    cells finish together at its end, and a counted cell may take minutes.
 
-    def report(done: int, total: int, paired: PairedCell) -> None:
-        times = ", ".join(f"{name} {_measured(r)}" for name, r in paired.sides.items())
-        if not shown:
-            shown.append(Progress(total, "ortbench ab", "cell"))
-        shown[0].step(f"{paired.cell.label}: {times}", time.perf_counter() - start)
+    Parameters
+    ----------
+    total : int
+        The cells the run measures.
+    clock : callable
+        Seconds since the run started.
+    stream : file, optional
+        Where to write; standard error by default.
+    """
 
-    return report
+    def __init__(self, total: int, clock: Callable[[], float], stream: TextIO | None = None):
+        self.clock = clock
+        self.progress = Progress(total, "ortbench ab", "cell", stream)
+        self.noted = -LINE_EVERY
+
+    def cell(self, done: int, total: int, paired: PairedCell) -> None:
+        """A cell finished (``run_ab``'s ``progress``)."""
+        figures = ", ".join(f"{name} {_measured(r)}" for name, r in paired.sides.items())
+        self.progress.step(f"{paired.cell.label}: {figures}", self.clock())
+
+    def note(self, text: str) -> None:
+        """How a group's rounds go (``run_ab``'s ``note``), unless a line was written less
+        than :data:`~ortbench.commands.bench.LINE_EVERY` seconds ago."""
+        now = self.clock()
+        if now - self.noted >= LINE_EVERY:
+            self.noted = now
+            self.progress.note(text, now)
 
 
 @dataclass(frozen=True)
@@ -195,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
     if not start_shard(args, folder, config, todo, settings):
         write_sides(folder, sides)
         return 0
-    progress = _progress(time.perf_counter())
+    started_at = time.perf_counter()
+    progress = AbProgress(run_cells, lambda: time.perf_counter() - started_at)
     labels = tuple(side_label(vars(s)) for s in sides.values())
     if measuring.budget is not None:
         measuring.budget.begin()  # the budget counts from the workers' start
@@ -204,7 +228,18 @@ def run(args: argparse.Namespace) -> int:
             writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
             user = UserFiles.from_options(args)
             run_group, group_by = measuring.run_group, measuring.group_by
-            run_ab(config, workers, writer, folder.name, progress, todo, user, run_group, group_by)
+            run_ab(
+                config,
+                workers,
+                writer,
+                folder.name,
+                progress.cell,
+                todo,
+                user,
+                run_group,
+                group_by,
+                progress.note,
+            )
     except KeyboardInterrupt:
         if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
             comparison = ab_comparison(folder, labels, *thresholds)
