@@ -569,3 +569,14 @@ def test_the_workers_start_together_end_together_and_a_failed_start_closes_the_o
     ):
         pytest.fail("the block ran without its HEAD worker")
     assert [n for e, n in events if e == "close"] == [BASE]
+
+
+def test_a_ref_outside_a_git_repository_says_where_to_run(tmp_path, capsys, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert main(["ab", "HEAD", str(ROOT), "--cache", str(tmp_path), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "HEAD is not a folder, and the current directory is not in a git repository" in err

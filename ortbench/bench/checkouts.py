@@ -173,6 +173,11 @@ def checkout(ref: str, cache: Path, log: Callable[[str], None] = print) -> Check
             raise OrtBenchError(f"{ref} is a folder without {PACKAGE}: not an ortbench checkout")
         tree = folder.resolve()
     else:
+        if _git("rev-parse", "--git-dir").returncode:
+            raise OrtBenchError(
+                f"{ref} is not a folder, and the current directory is not in a git "
+                "repository to find it as a ref: run ab from your ortbench clone"
+            )
         resolved = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
         if resolved.returncode:
             raise OrtBenchError(
