@@ -450,8 +450,14 @@ def test_ab_runs_a_git_ref_against_a_checkout_folder(tmp_path, capsys, monkeypat
         expected = [k for k, side in enumerate(order) if side == record[SIDE]]
         assert record["fit_positions"] == expected
     assert records[0]["final_train_loss"] == pytest.approx(records[1]["final_train_loss"])
-    report = (folder / "ab.md").read_text()
-    assert report in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert (folder / "ab.md").read_text() in out
+    # the progress lines: the workers' start, rounds at most every 10 s, the cell's end
+    shown = [line for line in err.splitlines() if line.startswith("[ortbench ab] ")]
+    assert shown[0].startswith("[ortbench ab] starting the workers of both sides (")
+    group = "linear/make_regression batch=64 cpu"
+    assert all(line.startswith(f"[ortbench ab] {group}: round ") for line in shown[1:-1])
+    assert shown[-1].startswith(f"[ortbench ab] cell 1/1 ort-fwbw {group}: BASE ")
 
 
 def test_a_side_whose_ortbench_does_not_import_is_one_line(tmp_path, capsys, monkeypatch):

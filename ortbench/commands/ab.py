@@ -223,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
     labels = tuple(side_label(vars(s)) for s in sides.values())
     if measuring.budget is not None:
         measuring.budget.begin()  # the budget counts from the workers' start
+    under = " under valgrind" if args.measure == "instructions" else ""
+    progress.note(f"starting the workers of both sides{under}")
     try:
         with started(folder, sides, measuring.worker) as workers:
             writer = ResultsWriter(folder, keys=[*KEYS, SIDE])
