@@ -8,14 +8,16 @@ import math
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.figure import Figure
 
 from ortbench.bench.store import COLUMNS, ResultsWriter, read_results
 from ortbench.cli import main
 from ortbench.report.html import write_index, write_reports
 from ortbench.report.markdown import markdown_to_html
-from ortbench.report.plots import PLOT_CAPTIONS
+from ortbench.report.plots import PLOT_CAPTIONS, write_plots
 from ortbench.report.scaling import SCALING_PNG, has_model_sizes
 from ortbench.report.summary import (
     NEGATIVE_FIXED_COST,
@@ -311,3 +313,25 @@ def test_a_much_slower_contender_keeps_its_speed_up_digits():
     column = section.table.headers.index("speed-up vs sklearn-mlp-sgd")
     speedups = {row[1]: row[column] for row in section.table.rows}
     assert speedups == {"sklearn-mlp-sgd": "1.0x", "ort-fwbw": "0.014x"}
+
+
+def test_the_speed_up_plot_is_over_the_baseline_the_run_named(tmp_path, monkeypatch):
+    """A run with --baseline ort-full plots each contender's ratio to ort-full, labelled so,
+    also where scikit-learn ran beside it."""
+    results = _results(("mlp",)).assign(baseline="ort-full")
+    writer = ResultsWriter(tmp_path)
+    for row in results.to_dict("records"):
+        writer.append(row, [row["seconds_per_step"]], [])
+    saved = {}
+    monkeypatch.setattr(
+        Figure, "savefig", lambda fig, path, **_: saved.update({Path(path).name: fig})
+    )
+    write_plots(tmp_path)
+    (ax, *_) = saved["speedup.png"].axes
+    assert ax.get_ylabel() == "speed-up over ort-full (x, higher is faster)"
+    ratios = [list(line.get_ydata()) for line in ax.get_lines()[:-1]]  # the last: y = 1
+    want = [
+        [TIMES["mlp", b, "ort-full"] / TIMES["mlp", b, c] for b in (15, 256)]
+        for c in ("sklearn-mlp-sgd", "ort-full", "ort-fwbw")  # in the order they ran
+    ]
+    np.testing.assert_allclose(ratios, want)

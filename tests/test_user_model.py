@@ -22,8 +22,8 @@ from ortbench.bench.problems import make_problem, sized_problems
 from ortbench.bench.store import RESULTS_CSV
 from ortbench.bench.user_model import UserFiles, load_user_problem, mlp_layers
 from ortbench.cli import main
+from ortbench.report.baselines import group_baseline
 from ortbench.report.scaling import fixed_batch_size, write_scaling_plot
-from ortbench.report.summary import group_baseline
 
 TORCH = importlib.util.find_spec("torch") is not None
 ENGINE = ("ort-full", "ort-fwbw", "ort-fwbw-nesterov", "ort-portable-full")

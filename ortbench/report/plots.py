@@ -15,7 +15,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
-from ..schema import BASELINE, CONTENDER_NAMES
+from ..schema import CONTENDER_NAMES
+from .baselines import baseline_times, group_baseline
 from .resultsets import ResultSet, load_result_set
 
 GROUP = ["problem", "dataset", "device"]
@@ -50,8 +51,8 @@ PLOT_CAPTIONS = {
     SECONDS_PER_STEP_PNG: "Time per step against batch size, both on log scales: the lowest "
     "line is the fastest contender, and a line that climbs faster than the others pays "
     "more for each extra sample.",
-    SPEEDUP_PNG: f"Speed-up over {BASELINE} against batch size: above the dotted line at 1 "
-    "a contender is faster than it; where lines cross, the best choice depends on the "
+    SPEEDUP_PNG: "Speed-up over the baseline (named on each panel's axis) against batch "
+    "size: above the dotted line at 1 a contender is faster than it; where lines cross, the best choice depends on the "
     "batch size.",
 }
 #: Width of a whole figure in inches: at DPI, about the page's width.
@@ -146,9 +147,10 @@ def _by_batch_size(results: pd.DataFrame, path: Path, speedup: bool) -> None:
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     labels: dict[str, object] = {}
     for ax, (key, group) in zip(axes, groups):
-        baseline = group[group.contender == BASELINE].set_index("batch_size").seconds_per_step
-        if speedup and baseline.empty:
-            ax.set_title(f"{_title(key)}: {BASELINE} did not run", fontsize=10)
+        against = group_baseline(group)
+        baseline = baseline_times(group, against)
+        if speedup and baseline.isna().all():
+            ax.set_title(f"{_title(key)}: no baseline ran", fontsize=10)
             ax.set_axis_off()
             continue
         for contender, points in group.groupby("contender", sort=False):
@@ -168,7 +170,7 @@ def _by_batch_size(results: pd.DataFrame, path: Path, speedup: bool) -> None:
         if speedup:
             ax.axhline(1.0, color="0.4", linewidth=1, linestyle=":")
             ax.set_ylim(bottom=0)
-            ax.set_ylabel(f"speed-up over {BASELINE} (x, higher is faster)")
+            ax.set_ylabel(f"speed-up over {against} (x, higher is faster)")
         else:
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(_plain))

@@ -13,7 +13,8 @@ import pandas as pd
 
 from ..bench.timing import MIN_EXTRA_SECONDS, SHORT_EPOCHS
 from ..errors import OrtBenchError
-from ..schema import BASELINE, CONTENDER_NAMES, RESULTS_CSV, builtin_task
+from ..schema import BASELINE, RESULTS_CSV, builtin_task
+from .baselines import baseline_times, group_baseline
 from .plots import PLOT_CAPTIONS
 from .resultsets import ResultSet, load_result_set
 from .scaling import SCALING_CAPTION, SCALING_PNG, has_model_sizes
@@ -85,29 +86,10 @@ def format_speedup(ratio: float) -> str:
     return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
 
 
-def group_baseline(rows: pd.DataFrame) -> str | None:
-    """The contender speed-ups are measured against in one group of finished cells: the
-    one the run named (``--baseline``), else scikit-learn's MLP where it ran, else the
-    first of the engine's contenders that ran; None when none of them ran."""
-    named = rows["baseline"].dropna() if "baseline" in rows else pd.Series(dtype=object)
-    named = [n for n in named.unique() if n]
-    ran = set(rows.contender)
-    candidates = [*named, BASELINE, *(c for c in CONTENDER_NAMES if c.startswith("ort-"))]
-    return next((name for name in candidates if name in ran), None)
-
-
 def _title(problem: str, dataset: str, device: str, rows: pd.DataFrame) -> str:
     values = rows["trained_values"].iloc[0] if "trained_values" in rows else math.nan
     size = "" if pd.isna(values) else f" ({int(values):,} trained values)"
     return f"{problem}{size} on {dataset}, {device}"
-
-
-def _baseline_times(rows: pd.DataFrame, baseline: str | None) -> pd.Series:
-    """The baseline's time per step by batch size (NaN where it did not run, or where its
-    slope came out non-positive: no speed-up is measured against it there)."""
-    mine = rows[rows.contender == baseline].drop_duplicates("batch_size")
-    times = mine.set_index("batch_size").seconds_per_step
-    return times.where(times > 0).reindex(sorted(rows.batch_size.unique()))
 
 
 def conclusion(rows: pd.DataFrame) -> str:
@@ -128,7 +110,7 @@ def conclusion(rows: pd.DataFrame) -> str:
     if timed.empty:
         return "no cell has a positive time per step"
     baseline = group_baseline(rows)
-    base = _baseline_times(rows, baseline)
+    base = baseline_times(rows, baseline)
     fastest = timed.loc[timed.groupby("batch_size").seconds_per_step.idxmin()]
     names = list(dict.fromkeys(fastest.contender))
     if len(names) == 1:
@@ -166,7 +148,7 @@ def _threads(value) -> str:
 def _section_table(rows: pd.DataFrame) -> Table:
     """Every column a reader needs, the empty ones left out."""
     baseline = group_baseline(rows)
-    base = _baseline_times(rows, baseline)
+    base = baseline_times(rows, baseline)
     tasks = {builtin_task(p) for p in rows.problem.unique()}
     score = SCORE_NAMES.get(tasks.pop()) if len(tasks) == 1 else None
     columns: dict[str, tuple[bool, list[str]]] = {
