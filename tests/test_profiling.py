@@ -441,7 +441,7 @@ def test_profile_page_says_why_there_is_no_flame_graph(tmp_path, monkeypatch):
     run = profiled_run(tmp_path, "--epochs", "1")
     assert not (run / "profile-ort-fwbw" / "flamegraph.svg").exists()
     page = (run / "index.html").read_text()
-    assert "<strong>No flame graph:</strong> py-spy is not installed (pip install" in page
+    assert "<strong>No flame graph:</strong> py-spy is not installed: pip install" in page
     assert "class='flamegraph'" not in page
     assert "the same steady window, 1 epoch after the build and 1 warm-up epoch," in page
 

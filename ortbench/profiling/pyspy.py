@@ -65,7 +65,7 @@ def record(
     """
     exe = py_spy or find_py_spy()
     if exe is None:
-        return f"py-spy is not installed ({INSTALL})"
+        return f"py-spy is not installed: {INSTALL}"
     for name, fmt in OUTPUTS.items():
         out = folder / name
         out.unlink(missing_ok=True)
