@@ -7,6 +7,7 @@ instead of a bar redrawn with carriage returns.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TextIO
@@ -28,7 +29,8 @@ class Progress:
     stream : file, optional
         Where to write; standard error by default.
     bar : bool, optional
-        Draw a tqdm bar; by default when ``stream`` is a terminal.
+        Draw a tqdm bar; by default when ``stream`` is a terminal, unless it says it is 0
+        columns wide (a pseudo-terminal nobody sized, where a bar would draw nothing).
     every : float, optional
         Without a bar, the fewest seconds between two lines of :meth:`step` (0: a line
         per step); the steps in between only count.
@@ -50,7 +52,7 @@ class Progress:
         #: seconds into the loop when the last line was written
         self.shown = 0.0
         if bar is None:
-            bar = hasattr(self.stream, "isatty") and self.stream.isatty()
+            bar = _is_terminal(self.stream) and _columns(self.stream) != 0
         self.bar = (
             tqdm(total=total, desc=name, unit=unit, file=self.stream, dynamic_ncols=True)
             if bar
@@ -116,3 +118,15 @@ class Progress:
         line = " ".join(p for p in (f"[{self.name}]", *parts, f"({timing})") if p)
         print(line, file=self.stream, flush=True)
         self.shown = elapsed
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def _columns(stream: TextIO) -> int | None:
+    """The terminal's width, None when the stream cannot tell."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return None

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
+import pty
 import re
+import struct
+import termios
 from dataclasses import replace
 
 import numpy as np
@@ -266,3 +271,22 @@ def test_ab_tells_rounds_at_most_every_line_every_seconds_and_every_cell():
         "group: round at 30s (30.0s)",
         f"cell 1/2 {cell.label}: BASE 20 µs, HEAD 20 µs (30.0s, about 30s left)",
     ]
+
+
+@pytest.mark.parametrize("columns", [0, 80])
+def test_a_terminal_of_no_width_gets_lines_not_an_empty_bar(columns):
+    """A pseudo-terminal nobody sized (``script``, some CI runners) says it is 0 columns
+    wide: tqdm would draw nothing there, so the steps come as lines; sized, a bar."""
+    reader, writer = pty.openpty()
+    fcntl.ioctl(writer, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    with os.fdopen(writer, "w") as stream:
+        progress = Progress(2, "FullTrainer", "epoch", stream=stream)
+        for k in range(2):
+            progress.step(f"loss={k}")
+        stream.flush()
+        text = os.read(reader, 65536).decode()
+    os.close(reader)
+    if columns:
+        assert "2/2" in text and "\r" in text and "[FullTrainer]" not in text
+    else:
+        assert "[FullTrainer] epoch 2/2 loss=1" in text
