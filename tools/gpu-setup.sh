@@ -10,7 +10,8 @@
 # What it expects there (brought from a machine with network access):
 #   .gpuwheel/            the onnxruntime-gpu wheel (onnxruntime_gpu-*.whl), or the parts of
 #                         the wheel: .gpuwheel/part00/x.00, part01/x.01, ... as cut by
-#                         `split -b 60m -d` (joined here in order), and optionally
+#                         `split -b 60m -d` or tools/gpu-pack.py (joined here in
+#                         order), and optionally
 #                         .gpuwheel/MD5 (`md5sum` of the whole wheel) to check the join
 #   .gpuwhl/*.whl         optional: other wheels the machine lacks (skl2onnx, say)
 # Environment (all optional):
