@@ -213,7 +213,7 @@ def test_the_score_column_says_what_the_score_is(problem, name):
 
 def test_every_report_of_a_run_folder_reads_its_results_once(tmp_path, monkeypatch, capsys):
     """The plots, the scaling plot, ``summary.md`` and ``index.html`` of one run (as bench
-    and merge write them, and as ``ortbench report`` rewrites the page) draw on one read of
+    and merge write them, and as ``ortbench report`` writes them again) draw on one read of
     ``results.csv``."""
     folder = _folder(tmp_path)
     reads = []
@@ -231,9 +231,13 @@ def test_every_report_of_a_run_folder_reads_its_results_once(tmp_path, monkeypat
     for name in [*PLOT_CAPTIONS, SCALING_PNG, "index.html"]:
         assert (folder / name).stat().st_size > 0, name
     reads.clear()
+    for name in [*PLOT_CAPTIONS, SCALING_PNG, "index.html", SUMMARY_MD]:
+        (folder / name).unlink()
     assert main(["report", str(folder)]) == 0
     assert capsys.readouterr().out.strip() == str(folder / "index.html")
     assert reads.count(RESULTS_CSV) == 1
+    for name in [*PLOT_CAPTIONS, SCALING_PNG, "index.html", SUMMARY_MD]:
+        assert (folder / name).stat().st_size > 0, name
 
 
 def _one_row(**values) -> pd.DataFrame:

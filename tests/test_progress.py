@@ -24,7 +24,6 @@ from ortbench.commands import bench
 from ortbench.commands.ab import AbProgress
 from ortbench.commands.bench import LINE_EVERY, RunProgress
 from ortbench.progress import Progress
-from ortbench.report import plots
 from ortbench.schema import SIDES
 from ortbench.training import FullTrainer, LearningRateSGD
 
@@ -233,7 +232,6 @@ def test_a_bench_run_on_a_terminal_is_a_bar_with_the_cells_above(clocked, tmp_pa
 
 def test_bench_prints_stages_before_cells(clocked, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench, "LINE_EVERY", 0.0)  # a line per stage: a real clock runs
-    monkeypatch.setitem(plots.STYLES, "clocked", plots.STYLES["torch-sgd"])
     options = "--contenders clocked --problem linear --dataset diabetes --batch-sizes 16 32"
     options += " --epochs 1 --repeat 2"
     assert main(["bench", *options.split(), "--out", str(tmp_path)]) == 0

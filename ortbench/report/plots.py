@@ -8,6 +8,7 @@ outside the axes; batch sizes are the ticks themselves.
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -22,19 +23,22 @@ from .resultsets import ResultSet, load_result_set
 GROUP = ["problem", "dataset", "device"]
 _MARKERS = "osD^vPX<>*"
 _LINES = ("-", "--", "-.", ":")
-#: One color, marker and line style per contender, the same in every panel.
-COLORS = {name: f"C{k % 10}" for k, name in enumerate(CONTENDER_NAMES)}
-STYLES = {
-    name: {
-        "color": COLORS[name],
+
+
+def style(name: str) -> dict:
+    """One color, marker and line style per contender, the same in every panel; a name ortbench does not know (a row of an older or
+    edited results file) gets one chosen from its name, the same in every plot."""
+    k = CONTENDER_NAMES.index(name) if name in CONTENDER_NAMES else zlib.crc32(name.encode())
+    return {
+        "color": f"C{k % 10}",
         "marker": _MARKERS[k % len(_MARKERS)],
         "linestyle": _LINES[k % len(_LINES)],
         "markerfacecolor": "none",
         "markersize": 7,
         "linewidth": 1.6,
     }
-    for k, name in enumerate(CONTENDER_NAMES)
-}
+
+
 #: Curves closer than this (relative, at every epoch) are said to coincide.
 COINCIDE = 1e-3
 DPI = 110
@@ -115,7 +119,7 @@ def _loss_curves(results: pd.DataFrame, curves: pd.DataFrame, path: Path) -> Non
             same = coinciding({c: v.loss.to_numpy() for c, v in by_contender.items()})
             notes.update({c: f"{c} (= {o})" for c, o in same.items()})
             for contender, curve in by_contender.items():
-                (line,) = ax.plot(curve.epoch, curve.loss, **STYLES[contender])
+                (line,) = ax.plot(curve.epoch, curve.loss, **style(contender))
                 labels.setdefault(contender, line)
             ax.set_title(f"{_title(key)}, batch size {batch_size}", fontsize=10)
             ax.set_xlabel("epoch")
@@ -159,7 +163,7 @@ def _by_batch_size(results: pd.DataFrame, path: Path, speedup: bool) -> None:
                 values = baseline.reindex(points.batch_size).to_numpy() / points.seconds_per_step
             else:
                 values = points.seconds_per_step * 1e6
-            (line,) = ax.plot(points.batch_size, values, **STYLES[contender])
+            (line,) = ax.plot(points.batch_size, values, **style(contender))
             labels.setdefault(contender, line)
         ax.set_xscale("log")
         sizes = sorted(group.batch_size.unique())

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
 from ..schema import CONTENDER_NAMES
-from .plots import COLORS, DPI, WIDTH
+from .plots import DPI, WIDTH, style
 from .resultsets import ResultSet, load_result_set
 
 SCALING_PNG = "scaling.png"
@@ -82,7 +82,7 @@ def _by_size(ax, rows: pd.DataFrame, batch_size: int) -> None:
             points.seconds_per_step * 1e6,
             marker="o",
             label=contender,
-            color=COLORS.get(contender),
+            color=style(contender)["color"],
         )
     ax.set_title(f"all at batch size {batch_size}", fontsize=10)
     ax.set_xlabel("trained values")
