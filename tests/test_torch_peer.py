@@ -13,6 +13,7 @@ from helpers import timed  # noqa: E402
 from torch_modules import NETWORKS, export, network  # noqa: E402
 
 from ortbench.bench.contenders import make_contender  # noqa: E402
+from ortbench.bench.problems import make_problem  # noqa: E402
 from ortbench.bench.user_model import UserFiles, load_user_problem  # noqa: E402
 
 
@@ -99,3 +100,15 @@ def test_bench_trains_each_exported_module_with_every_contender(tmp_path, name, 
         assert np.isfinite(row.final_train_loss), contender
     # every contender trained the same network from the same weights on the same batches
     np.testing.assert_allclose(rows.final_train_loss, rows.final_train_loss.iloc[0], rtol=1e-3)
+
+
+def test_torch_reads_its_losses_once_per_epoch(monkeypatch):
+    """Each step's loss stays on the device; one read per epoch, as the engine and JAX do
+    (a read per step would make a GPU wait for every step before queueing the next)."""
+    contender = make_contender("torch-sgd", make_problem("mlp"), 16)
+    reads = []
+    item = torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: reads.append(1) or item(t))
+    contender.fit(2)
+    assert len(reads) == 2
+    assert len(contender.loss_curve_) == 2 and contender.loss_curve_[1] < contender.loss_curve_[0]

@@ -94,7 +94,9 @@ class TorchSGD(Contender):
         n = len(self._X)
         order = self._rng.permutation(n) if self.shuffle else np.arange(n)
         order = torch.from_numpy(order).to(self.device)
-        total = 0.0
+        # the losses add up on the device, read once per epoch as the other contenders do:
+        # a read per step would wait for each step's kernels before queueing the next
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
         for start in range(0, n, self.batch_size):
             rows = order[start : start + self.batch_size]
             self.optimizer.zero_grad()
@@ -102,8 +104,8 @@ class TorchSGD(Contender):
             loss = self._loss(self.network(self._X[rows])[0], self._y[rows], weight)
             loss.backward()
             self.optimizer.step()
-            total += loss.item() * len(rows)
-        return total / n
+            total.add_(loss.detach(), alpha=len(rows))
+        return total.item() / n
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         torch = _torch()
