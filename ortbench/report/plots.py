@@ -26,8 +26,9 @@ _LINES = ("-", "--", "-.", ":")
 
 
 def style(name: str) -> dict:
-    """One color, marker and line style per contender, the same in every panel; a name ortbench does not know (a row of an older or
-    edited results file) gets one chosen from its name, the same in every plot."""
+    """One color, marker and line style per contender, the same in every panel; a name
+    ortbench does not know (a row of an older or edited results file) gets one chosen from
+    its name, the same in every plot."""
     k = CONTENDER_NAMES.index(name) if name in CONTENDER_NAMES else zlib.crc32(name.encode())
     return {
         "color": f"C{k % 10}",
@@ -56,8 +57,8 @@ PLOT_CAPTIONS = {
     "line is the fastest contender, and a line that climbs faster than the others pays "
     "more for each extra sample.",
     SPEEDUP_PNG: "Speed-up over the baseline (named on each panel's axis) against batch "
-    "size: above the dotted line at 1 a contender is faster than it; where lines cross, the best choice depends on the "
-    "batch size.",
+    "size: above the dotted line at 1 a contender is faster than it; where lines cross, "
+    "the best choice depends on the batch size.",
 }
 #: Width of a whole figure in inches: at DPI, about the page's width.
 WIDTH = 12
