@@ -12,11 +12,17 @@ from skl2onnx import to_onnx
 from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, SGDClassifier
+from sklearn.metrics import log_loss
 from sklearn.model_selection import train_test_split
 from sklearn.neural_network import MLPClassifier
 from sklearn.preprocessing import StandardScaler
 
-from ortbench.training import ForwardBackwardTrainer, FullTrainer, NegLogLearningLoss
+from ortbench.training import (
+    ForwardBackwardTrainer,
+    FullTrainer,
+    LearningRateSGD,
+    NegLogLearningLoss,
+)
 
 EPOCHS = 4
 
@@ -116,6 +122,25 @@ def test_classifier_with_default_settings_matches_scikit_learn(case, trainer, ba
     proba = model.predict_proba(X_test)
     np.testing.assert_allclose(proba.sum(axis=1), 1, rtol=1e-5)
     np.testing.assert_array_equal(model.predict(X_test), model.classes_[proba.argmax(axis=1)])
+
+
+@pytest.mark.parametrize("backend", ["ort-training", "portable"])
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer], ids=lambda t: t.__name__)
+def test_binary_logistic_regression_reports_its_log_loss(trainer, backend, binary):
+    """skl2onnx writes a binary LogisticRegression as two mirrored score columns: the
+    loss a fit reports is scikit-learn's log loss of the model, not twice it."""
+    X, _, y, _ = binary
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reference = LogisticRegression(max_iter=5).fit(X, y)
+    onx = to_onnx(reference, X[:1], options={"zipmap": False})
+    rate = LearningRateSGD(1e-9)  # one step over all the rows, weights almost unchanged
+    model = trainer(onx, learning_rate=rate, batch_size=len(X), max_iter=1, backend=backend)
+    model.fit(X, y, X_val=X, y_val=y)
+    expected = log_loss(y, reference.predict_proba(X))
+    assert model.train_losses_[0] == pytest.approx(expected, rel=1e-5)
+    assert model.validation_losses_[0] == pytest.approx(expected, rel=1e-5)
+    np.testing.assert_allclose(model.predict_proba(X), reference.predict_proba(X), atol=1e-5)
 
 
 @pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])

@@ -29,6 +29,7 @@ from ortbench.training import (
 )
 from ortbench.training.graphs.loading import load_model
 from ortbench.training.graphs.shapes import drop_noop_copies
+from ortbench.training.graphs.weights import get_initializers
 from ortbench.training.steps.buffers import WeightBuffers
 
 
@@ -135,15 +136,16 @@ def test_linear_regressor_rewritten_into_trainable_nodes(estimator, regression):
     )
 
 
-def binary_linear_classifier(post_transform: str) -> onnx.ModelProto:
-    """One LinearClassifier node with a single row of coefficients, as a binary model has."""
+def binary_linear_classifier(post_transform: str, rows: int = 1) -> onnx.ModelProto:
+    """One LinearClassifier node with a single row of coefficients, as a binary model has
+    (or two rows that are not each other's negation)."""
     node = helper.make_node(
         "LinearClassifier",
         ["X"],
         ["label", "scores"],
         domain="ai.onnx.ml",
-        coefficients=[0.5, -1.0, 0.25, 2.0, -0.5],
-        intercepts=[0.1],
+        coefficients=[0.5, -1.0, 0.25, 2.0, -0.5, 1.0, 0.5, -2.0, 0.0, 0.75][: 5 * rows],
+        intercepts=[0.1, -0.3][:rows],
         classlabels_ints=[3, 7],
         post_transform=post_transform,
     )
@@ -161,33 +163,50 @@ def binary_linear_classifier(post_transform: str) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize(
-    "make_model",
+    ("make_model", "columns"),
     [
-        lambda X, y: binary_linear_classifier("NONE"),
+        pytest.param(lambda X, y: binary_linear_classifier("NONE"), 1, id="binary-none"),
         pytest.param(
             lambda X, y: binary_linear_classifier("LOGISTIC"),
+            1,
             marks=pytest.mark.xfail(
                 onnxruntime.__version__ != "1.19.2",
                 reason="later onnxruntime releases apply LOGISTIC to a one-row LinearClassifier "
                 "(1.19.2 returns the raw scores), and the rewrite follows 1.19.2",
                 strict=True,
             ),
+            id="binary-logistic",
         ),
-        lambda X, y: to_onnx(
-            LogisticRegression(max_iter=200).fit(X, np.digitize(y, [-0.5, 0.5])),
-            X[:1],
-            options={"zipmap": False},
+        pytest.param(
+            lambda X, y: binary_linear_classifier("LOGISTIC", rows=2), 2, id="two-rows-logistic"
+        ),
+        pytest.param(
+            lambda X, y: to_onnx(
+                LogisticRegression(max_iter=200).fit(X, np.digitize(y, [-0.5, 0.5])),
+                X[:1],
+                options={"zipmap": False},
+            ),
+            3,
+            id="multiclass-softmax",
+        ),
+        # skl2onnx writes a binary LogisticRegression as two rows (-w, w): one is trained
+        pytest.param(
+            lambda X, y: to_onnx(
+                LogisticRegression(max_iter=200).fit(X, y > 0), X[:1], options={"zipmap": False}
+            ),
+            1,
+            id="binary-logistic-regression",
         ),
     ],
-    ids=["binary-none", "binary-logistic", "multiclass-softmax"],
 )
-def test_linear_classifier_rewritten_with_same_outputs(make_model, regression):
+def test_linear_classifier_rewritten_with_same_outputs(make_model, columns, regression):
     X, y = regression
     onx = make_model(X, y)
     assert any(n.op_type == "LinearClassifier" for n in onx.graph.node)
     rewritten = rewrite_linear_nodes(onx)
     assert not any(n.op_type == "LinearClassifier" for n in rewritten.graph.node)
-    assert len(trainable_initializers(rewritten)) == 2
+    trained = get_initializers(rewritten, trainable_initializers(rewritten))
+    assert sorted(v.shape[1:] for v in trained.values()) == [(), (columns,)]
     expected, got = run(load_model(onx), {"X": X}), run(rewritten, {"X": X})
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-4, atol=1e-5)

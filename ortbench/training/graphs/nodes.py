@@ -86,10 +86,12 @@ def node_attributes(node: onnx.NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _linear_weights(node, k, graph, n_rows):
+def _linear_weights(node, k, graph, n_rows, rows=slice(None)):
+    """The node's coefficients (features x rows kept) and intercepts as initializers."""
     attrs = node_attributes(node)
-    coef = np.asarray(attrs["coefficients"], dtype=np.float32).reshape(n_rows, -1).T
-    intercept = np.asarray(attrs.get("intercepts", np.zeros(n_rows)), dtype=np.float32)
+    coef = np.asarray(attrs["coefficients"], dtype=np.float32).reshape(n_rows, -1)[rows].T
+    intercept = np.asarray(attrs.get("intercepts", np.zeros(n_rows)), dtype=np.float32)[rows]
+    n_rows = len(intercept)
     base = node.name or f"linear{k}"
     names = (f"{base}_coef", f"{base}_intercept")
     graph.initializer.extend(
@@ -121,13 +123,15 @@ def _linear_classifier(node, k, graph):
             f"LinearClassifier {node.name!r}: only integer class labels are supported"
         )
     n_rows = len(attrs["coefficients"]) // _n_features(graph, node)
-    attrs, base, (coef, intercept) = _linear_weights(node, k, graph, n_rows)
     post = attrs.get("post_transform", b"NONE")
     post = post.decode() if isinstance(post, bytes) else post
     if post not in ("NONE", "LOGISTIC", "SOFTMAX"):
         raise OrtBenchError(
             f"LinearClassifier {node.name!r}: post_transform {post} is not supported"
         )
+    mirrored = post == "LOGISTIC" and len(labels) == 2 and _mirrored_rows(attrs, n_rows)
+    rows = slice(1, 2) if mirrored else slice(None)
+    attrs, base, (coef, intercept) = _linear_weights(node, k, graph, n_rows, rows)
     label_out, score_out = node.output[0], node.output[1]
     raw = f"{base}_raw"
     out = [
@@ -136,15 +140,21 @@ def _linear_classifier(node, k, graph):
     ]
     classes = numpy_helper.from_array(np.asarray(labels, dtype=np.int64), f"{base}_classes")
     graph.initializer.append(classes)
-    if n_rows == 1 and len(labels) == 2:
+    if (n_rows == 1 or mirrored) and len(labels) == 2:
         # binary with one row of coefficients: the positive class when the raw score > 0
         # scalars: constants, never mistaken for weights by trainable_initializers
         one = numpy_helper.from_array(np.array(1.0, np.float32), f"{base}_one")
         zero = numpy_helper.from_array(np.array(0.0, np.float32), f"{base}_zero")
         graph.initializer.extend([one, zero])
         # onnxruntime 1.19's kernel writes [1 - s, s] with s the raw score here, whatever
-        # post_transform says (checked against the kernel in the tests)
+        # post_transform says (checked against the kernel in the tests); with two mirrored
+        # rows (-w, w) and a logistic, [1 - p, p] with p the sigmoid of the score of w:
+        # the positive class's column alone is trained (two columns would each carry the
+        # same log loss, and a fit would report it twice)
         positive = raw
+        if mirrored:
+            positive = f"{base}_sigmoid"
+            out.append(helper.make_node("Sigmoid", [raw], [positive]))
         negative_op = helper.make_node("Sub", [one.name, positive], [f"{base}_neg"])
         out += [
             negative_op,
@@ -166,6 +176,16 @@ def _linear_classifier(node, k, graph):
         helper.make_node("Squeeze", [f"{base}_flat", _axes0(graph, base)], [label_out]),
     ]
     return out
+
+
+def _mirrored_rows(attrs: dict, n_rows: int) -> bool:
+    """Whether a two-class node's two rows of coefficients and intercepts are each
+    other's negation, as skl2onnx writes a binary ``LogisticRegression``."""
+    if n_rows != 2:
+        return False
+    coef = np.asarray(attrs["coefficients"], dtype=np.float32).reshape(2, -1)
+    intercept = np.asarray(attrs.get("intercepts", np.zeros(2)), dtype=np.float32)
+    return bool(np.array_equal(coef[0], -coef[1]) and intercept[0] == -intercept[1])
 
 
 def _axes0(graph, base):
