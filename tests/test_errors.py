@@ -23,6 +23,7 @@ from ortbench.training import (
 from ortbench.training.runtime import build, capi
 
 TRAINERS = [FullTrainer, ForwardBackwardTrainer]
+TRAINING = pytest.mark.training_build
 
 
 def raises_one_line(match: str):
@@ -184,14 +185,44 @@ def test_cuda_message_names_what_the_portable_backend_needs(trainer, regression,
 @pytest.mark.training_build
 def test_bad_learning_rates(regression, mlp_onnx):
     X, y = regression
-    with raises_one_line("eta0 must be > 0"):
-        ForwardBackwardTrainer(mlp_onnx, learning_rate=LearningRateSGD(eta0=0)).fit(X, y)
+    for eta0 in (0, -1.0, float("inf"), float("nan"), "0.1"):
+        with raises_one_line("eta0 must be a finite number > 0"):
+            ForwardBackwardTrainer(mlp_onnx, learning_rate=LearningRateSGD(eta0=eta0)).fit(X, y)
+    with raises_one_line("power_t must be a finite number >= 0, got -1"):
+        rate = LearningRateSGD(0.1, learning_rate="invscaling", power_t=-1)
+        ForwardBackwardTrainer(mlp_onnx, learning_rate=rate).fit(X, y)
     with raises_one_line("learning_rate must be one of"):
         ForwardBackwardTrainer(mlp_onnx, learning_rate=LearningRateSGD(learning_rate="x")).fit(X, y)
     with raises_one_line("use backend=.portable. or ForwardBackwardTrainer for momentum"):
         FullTrainer(mlp_onnx, learning_rate=LearningRateSGDNesterov()).fit(X, y)
     with raises_one_line("unknown loss 'hinge'"):
         FullTrainer(mlp_onnx, loss="hinge").fit(X, y)
+
+
+@pytest.mark.parametrize("backend", [pytest.param("ort-training", marks=TRAINING), "portable"])
+def test_classifier_behind_a_zipmap_with_a_regression_loss(trainer, backend):
+    """skl2onnx's default classifier export hides the probabilities' shape behind a
+    ZipMap: a regression loss on one label column is refused before onnxruntime runs."""
+    from sklearn.neural_network import MLPClassifier
+
+    from ortbench.training import SquareLearningLoss
+
+    rng = np.random.RandomState(0)
+    X = rng.randn(40, 4).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.float32)
+    onx = to_onnx(MLPClassifier((5,), max_iter=300).fit(X, y > 0), X[:1])  # with its ZipMap
+    loss = {"loss": "squared_error"} if trainer is FullTrainer else {}
+    loss = loss or {"learning_loss": SquareLearningLoss()}
+    with raises_one_line("y has 1 columns, the model outputs 2: the model is a classifier"):
+        trainer(onx, max_iter=1, backend=backend, **loss).fit(X, y)
+
+
+@pytest.mark.parametrize("name", ["shuffle", "warm_start"])
+def test_flags_must_be_booleans(trainer, regression, mlp_onnx, name):
+    """A string such as 'no' is truthy: it is refused, not read as True."""
+    X, y = regression
+    with raises_one_line(f"{name} must be True or False, got 'no'"):
+        trainer(mlp_onnx, max_iter=1, **{name: "no"}).fit(X, y)
 
 
 def test_divergence_names_the_epoch_and_keeps_finite_weights(trainer, regression, mlp_onnx):

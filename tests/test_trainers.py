@@ -343,6 +343,24 @@ def test_same_seed_same_result_and_warm_start(trainer, regression, mlp_onnx):
 
 
 @pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_warm_start_continues_the_shuffles_and_a_new_seed_starts_them_again(
+    trainer, regression, mlp_onnx
+):
+    X, y = regression
+    settings = dict(learning_rate=sgd(), batch_size=16, random_state=3)
+    straight = trainer(mlp_onnx, max_iter=4, **settings).fit(X, y)
+    model = trainer(mlp_onnx, max_iter=2, warm_start=True, **settings).fit(X, y)
+    middle = model.get_trained_onnx()
+    model.fit(X, y)  # epochs 3 and 4 of the same sequence of shuffles
+    np.testing.assert_allclose(model.train_losses_, straight.train_losses_, rtol=1e-6)
+
+    model = trainer(mlp_onnx, max_iter=2, warm_start=True, **settings).fit(X, y)
+    model.set_params(random_state=5).fit(X, y)
+    expected = trainer(middle, max_iter=2, **{**settings, "random_state": 5}).fit(X, y)
+    np.testing.assert_allclose(model.train_losses_[2:], expected.train_losses_, rtol=1e-6)
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
 def test_trained_onnx_reproduces_predict(trainer, regression, mlp_onnx, tmp_path):
     X, y = regression
     model = trainer(mlp_onnx, learning_rate=sgd(), max_iter=3).fit(X, y)

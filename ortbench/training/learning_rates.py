@@ -36,6 +36,7 @@ changes once per epoch where scikit-learn's SGD changes it after every sample.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 
 import numpy as np
@@ -127,8 +128,10 @@ class BaseLearningRate(BaseEstimator):
 
     def check(self) -> None:
         """Raise a one-line error for invalid hyper-parameters."""
-        if not self.eta0 > 0:
-            raise OrtBenchError(f"eta0 must be > 0, got {self.eta0}")
+        if not _finite_at_least(self.eta0, 0) or self.eta0 == 0:
+            raise OrtBenchError(f"eta0 must be a finite number > 0, got {self.eta0!r}")
+        if not _finite_at_least(self.power_t, 0):
+            raise OrtBenchError(f"power_t must be a finite number >= 0, got {self.power_t!r}")
         if self.learning_rate == "optimal" and not self.alpha > 0:
             raise OrtBenchError(f"the 'optimal' schedule needs alpha > 0, got {self.alpha}")
         if self.learning_rate not in _SCHEDULES:
@@ -366,3 +369,13 @@ _NAMES = {
     LearningRateSGD: ("SGD", "LearningRateSGD"),
     LearningRateSGDNesterov: ("Nesterov", "SGDNesterov", "LearningRateSGDNesterov"),
 }
+
+
+def _finite_at_least(value, low: float) -> bool:
+    """Whether ``value`` is a real number (not a bool), finite and at least ``low``."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and bool(np.isfinite(value))
+        and value >= low
+    )

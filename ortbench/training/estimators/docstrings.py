@@ -28,9 +28,10 @@ device : str, default='cpu'
 shuffle : bool, default=True
     Shuffle the rows before every epoch.
 random_state : int, RandomState or None, default=None
-    Seeds the shuffling.
+    Seeds the shuffling, at each :meth:`fit` that does not warm start.
 warm_start : bool, default=False
-    A new :meth:`fit` continues from the current weights, optimizer state and schedule.
+    A new :meth:`fit` continues from the current weights, optimizer state, schedule and
+    sequence of shuffles (also after pickling; a new ``random_state`` seeds it again).
 verbose : int, default=0
     Print the loss of every epoch on stderr.
 validation_every : int, default=1

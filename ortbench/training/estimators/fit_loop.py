@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 from sklearn.base import clone
+from sklearn.utils import check_random_state
 
 from ...progress import Progress
 from ..errors import ConvergenceError
@@ -27,6 +28,11 @@ TIMED_ROUNDS = 3
 
 class FitLoop:
     """The epochs of :meth:`fit`, over the step object the trainer builds."""
+
+    #: What seeded the generator of the shuffles (``repr(random_state)``): a fit that does
+    #: not warm start, or a new ``random_state``, seeds it again; a warm start, pickled or
+    #: not, continues its sequence.
+    _shuffles_seeded_by: str | None = None
 
     #: Whether fit warns when it clips ``batch_size`` to the training rows.
     _warns_when_clipping = True
@@ -89,6 +95,9 @@ class FitLoop:
         val = None
         if X_val is not None:
             val = self._check_data(X_val, y_val, sample_weight_val, fitted_classes=True)
+        if not warm or self._shuffles_seeded_by != repr(self.random_state):
+            self._shuffles = check_random_state(self.random_state)
+            self._shuffles_seeded_by = repr(self.random_state)
         if not warm:
             self.learning_rate_ = self._new_learning_rate()
             self.t_ = 0
@@ -294,9 +303,11 @@ class FitLoop:
             and loader.shuffle == self.shuffle
             and loader.refill(arrays)
         )
-        if not same:
+        if same:
+            loader.rng = self._shuffles
+        else:
             loader = BatchLoader(
-                arrays, self._batch_rows, self.device, self.shuffle, self.random_state
+                arrays, self._batch_rows, self.device, self.shuffle, self._shuffles
             )
             self._loader, self._loader_batch_size = loader, self._batch_rows
             self._steps.start_fit(loader)

@@ -62,6 +62,9 @@ class TrainerParams(BaseEstimator):
         verbose = self.verbose
         if not isinstance(verbose, (bool, int, np.integer)) or verbose < 0:
             raise OrtBenchError(f"verbose must be a bool or an integer >= 0, got {verbose!r}")
+        for name in ("shuffle", "warm_start"):
+            if getattr(self, name) not in (True, False):
+                raise OrtBenchError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for name in ("batch_size", "max_iter", "validation_every"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
@@ -199,7 +202,15 @@ class TrainerParams(BaseEstimator):
     #: Private attributes a pickle keeps: every other one (sessions, bindings, buffers)
     #: is rebuilt on first use from the hyper-parameters and the fitted attributes.
     _PICKLED_PRIVATE = frozenset(
-        ("_sklearn_version", "_y_1d", "_pickled_state", "_fitted_model", "_batch_rows")
+        (
+            "_sklearn_version",
+            "_y_1d",
+            "_pickled_state",
+            "_fitted_model",
+            "_batch_rows",
+            "_shuffles",
+            "_shuffles_seeded_by",
+        )
     )
 
     def __getstate__(self) -> dict:

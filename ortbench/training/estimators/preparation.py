@@ -15,6 +15,7 @@ from ..graphs.outputs import (
     classifier_output,
     flattening_reshape,
     select_outputs,
+    static_width,
     training_output,
 )
 from ..graphs.shapes import check_shapes, data_input, drop_noop_copies
@@ -94,11 +95,9 @@ class ModelPreparation:
         return drop_noop_copies(model)
 
     def _n_columns(self) -> int | None:
-        for value in list(self._train_model.graph.output):
-            dims = value.type.tensor_type.shape.dim
-            if len(dims) == 2 and dims[1].dim_value > 0:
-                return dims[1].dim_value
-        return None
+        """The columns of the trained output, declared or inferred (a classifier's
+        probabilities behind a ZipMap have no declared shape), or None when unknown."""
+        return static_width(self._train_model, self.output_name_)
 
     def _check_data(self, X, y, sample_weight, fitted_classes: bool):
         """Validate and convert X, y and weights; one-hot encode labels for classifiers."""
@@ -152,6 +151,11 @@ class ModelPreparation:
         classifier's loss; several targets flattened by a final Reshape want it gone."""
         if columns > 1 and np.issubdtype(y.dtype, np.integer):
             return ": class labels train with the log loss (NegLogLearningLoss)"
+        if columns > 1 and classifier_output(self.model_) is not None:
+            return (
+                ": the model is a classifier, whose labels train with the log loss "
+                "(leave the loss unset), or give y one column per class"
+            )
         output = training_output(self._train_model)
         flattened = flattening_reshape(self._train_model, output) if columns == 1 else None
         if targets > 1 and flattened is not None:

@@ -132,7 +132,8 @@ class BatchLoader:
         shuffle: bool = False,
         random_state=None,
     ):
-        """``arrays`` are X, y and sample weights, with as many rows each."""
+        """``arrays`` are X, y and sample weights, with as many rows each; ``random_state``
+        seeds the shuffles (a ``RandomState`` is used as it is, and is :attr:`rng`)."""
         self.n_samples = len(arrays[0])
         n_batches = -(-self.n_samples // batch_size)
         self._sources = arrays
@@ -145,7 +146,9 @@ class BatchLoader:
         self._scaled_labels: np.ndarray | None = None  # see stage_scaled_labels
         self._factor = 1.0
         self.shuffle = shuffle
-        self._rng = check_random_state(random_state)
+        #: The generator of the epochs' shuffles (a trainer hands its own, so that a warm
+        #: start continues its sequence).
+        self.rng = check_random_state(random_state)
         self._on_cpu = parse_device(device)[0] == "cpu"
         self._device = ort_device(device)
         self._bounds = [(k * batch_size, (k + 1) * batch_size) for k in range(n_batches)]
@@ -261,7 +264,7 @@ class BatchLoader:
     def epoch(self) -> list[Batch]:
         """The batches of the next epoch (rows shuffled in place when ``shuffle``)."""
         if self.shuffle:
-            order = self._rng.permutation(self.n_samples)
+            order = self.rng.permutation(self.n_samples)
             for source, host in zip(self._sources, self._host):
                 # a permutation needs no bounds check: mode "clip" writes straight into
                 # ``out``, where the default first gathers into a temporary copy
