@@ -87,9 +87,9 @@ def test_every_contender_starts_from_the_same_loss_and_learns(problem_name, data
     assert ("sklearn-sgd" in ran) == problem.is_linear
 
 
-def curves(names, problem, batch_size, epochs=3):
+def curves(names, problem, batch_size, epochs=3, shuffle=False):
     return {
-        name: make_contender(name, problem, batch_size, shuffle=False).fit(epochs).loss_curve_
+        name: make_contender(name, problem, batch_size, shuffle=shuffle).fit(epochs).loss_curve_
         for name in names
     }
 
@@ -141,6 +141,16 @@ def test_portable_contenders_follow_scikit_learn(same):
     found = curves(same, problem_of("mlp", "diabetes"), 16)
     for name in same[1:]:
         np.testing.assert_allclose(found[name], found[same[0]], rtol=1e-4, atol=2e-6, err_msg=name)
+
+
+def test_shuffled_epochs_give_every_contender_scikit_learns_trajectory():
+    """The bench shuffles (its default): from the problem's seed every contender sees the
+    rows in scikit-learn's order, epoch after epoch, not only in the first."""
+    same = ["sklearn-mlp-sgd", "ort-portable-full", "ort-portable-loop", "ort-portable-fwbw"]
+    same += ["torch-sgd"] * TORCH + ["jax-sgd", "jax-scan"] * JAX
+    found = curves(same, problem_of("mlp", "diabetes"), 16, epochs=4, shuffle=True)
+    for name in same[1:]:
+        np.testing.assert_allclose(found[name], found[same[0]], rtol=1e-4, err_msg=name)
 
 
 @pytest.mark.training_build

@@ -44,7 +44,7 @@ from ortbench.training.graphs.outputs import select_outputs
 from ortbench.training.losses import BaseLearningLoss
 from ortbench.training.runtime.build import runtime_problem
 from ortbench.training.runtime.sessions import profiled_sessions, session_options
-from ortbench.training.steps.batches import BatchLoader
+from ortbench.training.steps.batches import BatchLoader, RowOrder
 from ortbench.training.steps.fused import step_graph
 
 
@@ -615,18 +615,21 @@ def test_a_penalty_or_a_classification_loss_keeps_the_differentiated_gradient():
     assert LossHead.of(Shifted(), None, **names) is None
 
 
-def test_a_shuffled_epoch_stages_the_rows_in_the_permutation_order():
-    """Each epoch refills the staged batches with the rows in the order of the loader's
-    next permutation (numpy's, from the same seed), sample weights and loss scales along,
-    and keeps the padded rows of the last batch at zero weight."""
+def test_a_shuffled_epoch_stages_the_rows_in_scikit_learns_order():
+    """Each epoch refills the staged batches with the rows in the order scikit-learn's MLP
+    gives them from the same seed (its ``shuffle`` of the previous epoch's order), sample
+    weights and loss scales along, and keeps the padded rows of the last batch at zero
+    weight."""
+    from sklearn.utils import shuffle
+
     rng = np.random.default_rng(0)
     X = rng.standard_normal((37, 4)).astype(np.float32)
     y = rng.standard_normal((37, 1)).astype(np.float32)
     w = rng.uniform(0.5, 2.0, 37).astype(np.float32)
-    loader = BatchLoader([X, y, w], 8, "cpu", shuffle=True, random_state=3)
-    reference = np.random.RandomState(3)
-    for _ in range(2):
-        order = reference.permutation(37)
+    loader = BatchLoader([X, y, w], 8, "cpu", shuffle=True, rows=RowOrder(3))
+    reference, order = np.random.RandomState(3), np.arange(37)
+    for _ in range(3):
+        order = shuffle(order, random_state=reference)  # as MLPRegressor's epochs do
         batches = loader.epoch()
         staged = [np.concatenate([b.values[k].numpy() for b in batches]) for k in range(3)]
         for source, got in zip([X, y, w], staged):

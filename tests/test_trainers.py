@@ -222,6 +222,41 @@ def test_invscaling_follows_scikit_learn_over_epochs(momentum, trainer, backend,
         np.testing.assert_allclose(state[name].ravel(), expected.ravel(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("momentum", "trainer", "backend"),
+    [c for c in _over_epochs_cases() if c.values[0] == "classical"],
+)
+def test_shuffled_epochs_follow_scikit_learn_from_the_same_seed(
+    momentum, trainer, backend, regression
+):
+    """Shuffled epochs (the last batch short) from the same seed and weights see the rows
+    in MLPRegressor's order: every epoch after the first shuffles the previous order."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    klass, options = OVER_EPOCHS[trainer]
+    X, y = regression
+    settings = dict(
+        learning_rate_init=0.01, momentum=0.9, nesterovs_momentum=False, alpha=0.0,
+        shuffle=True, batch_size=16, random_state=5,
+    )  # fmt: skip
+    reference = fitted_mlp(X, y, **settings)
+    onx = to_onnx(reference, X[:1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reference.set_params(warm_start=True, max_iter=3).fit(X, y)
+    rate = LearningRateSGDNesterov(0.01, momentum=0.9, nesterov=False, **CONSTANT)
+    model = klass(
+        onx, learning_rate=rate, batch_size=16, max_iter=3, random_state=5, backend=backend,
+        **options,
+    )  # fmt: skip
+    state = model.fit(X, y).get_state()
+    names = ortbench_names(len(reference.coefs_))
+    for name, expected in zip(names, reference.coefs_ + reference.intercepts_):
+        np.testing.assert_allclose(state[name].ravel(), expected.ravel(), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
 def test_warm_start_with_another_batch_size(trainer, regression, mlp_onnx):
     X, y = regression

@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from ...training.steps.batches import RowOrder
 from ..problems import Problem
 from .base import Contender, as_prediction
 from .graph_plan import graph_plan, targets
@@ -187,7 +188,7 @@ class JaxSGD(Contender):
         self._power_t = float(reference.power_t) if reference else 0.0
         self._seen = int(getattr(reference, "t_", 0))
         self._lr = float(problem.eta0)
-        self._rng = np.random.RandomState(problem.seed)
+        self._rows = RowOrder(problem.seed)
 
     def _fit(self, epochs: int) -> list[float]:
         self._stage()
@@ -199,7 +200,7 @@ class JaxSGD(Contender):
 
     def _order(self) -> np.ndarray:
         n = len(self.problem.data.X_train)
-        order = self._rng.permutation(n) if self.shuffle else np.arange(n)
+        order = self._rows.next(n) if self.shuffle else np.arange(n)
         return order.astype(np.int32)
 
     def _epoch(self) -> float:

@@ -14,6 +14,7 @@ from functools import cache
 
 import numpy as np
 
+from ...training.steps.batches import RowOrder
 from ..problems import Problem
 from .base import Contender, as_prediction
 from .graph_plan import GraphPlan, graph_plan, targets
@@ -78,7 +79,7 @@ class TorchSGD(Contender):
         self._y = torch.from_numpy(targets(self.problem, data.y_train, width)).to(self.device)
         w = data.w_train
         self._w = None if w is None else torch.from_numpy(np.array(w)).to(self.device)
-        self._rng = np.random.RandomState(self.problem.seed)
+        self._rows = RowOrder(self.problem.seed)
         return [self._epoch() for _ in range(epochs)]
 
     def _continue(self, epochs: int) -> None:
@@ -92,7 +93,7 @@ class TorchSGD(Contender):
     def _epoch(self) -> float:
         torch = _torch()
         n = len(self._X)
-        order = self._rng.permutation(n) if self.shuffle else np.arange(n)
+        order = self._rows.next(n) if self.shuffle else np.arange(n)
         order = torch.from_numpy(order).to(self.device)
         # the losses add up on the device, read once per epoch as the other contenders do:
         # a read per step would wait for each step's kernels before queueing the next

@@ -11,14 +11,13 @@ import warnings
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.utils import check_random_state
 
 from ...progress import Progress
 from ..errors import ConvergenceError
 from ..learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from ..runtime.build import quiet_logs
 from ..runtime.sessions import SessionMaker
-from ..steps.batches import BatchLoader
+from ..steps.batches import BatchLoader, RowOrder
 
 #: The batches, and the epochs over them, that time each thread choice of a build (see
 #: :meth:`FitLoop._keep_faster_build`).
@@ -29,9 +28,9 @@ TIMED_ROUNDS = 3
 class FitLoop:
     """The epochs of :meth:`fit`, over the step object the trainer builds."""
 
-    #: What seeded the generator of the shuffles (``repr(random_state)``): a fit that does
-    #: not warm start, or a new ``random_state``, seeds it again; a warm start, pickled or
-    #: not, continues its sequence.
+    #: What seeded the order of the rows (``repr(random_state)``): a fit that does not
+    #: warm start, or a new ``random_state``, starts it again; a warm start, pickled or
+    #: not, continues it.
     _shuffles_seeded_by: str | None = None
 
     #: Whether fit warns when it clips ``batch_size`` to the training rows.
@@ -96,7 +95,7 @@ class FitLoop:
         if X_val is not None:
             val = self._check_data(X_val, y_val, sample_weight_val, fitted_classes=True)
         if not warm or self._shuffles_seeded_by != repr(self.random_state):
-            self._shuffles = check_random_state(self.random_state)
+            self._shuffles = RowOrder(self.random_state)
             self._shuffles_seeded_by = repr(self.random_state)
         if not warm:
             self.learning_rate_ = self._new_learning_rate()
@@ -304,7 +303,7 @@ class FitLoop:
             and loader.refill(arrays)
         )
         if same:
-            loader.rng = self._shuffles
+            loader.rows = self._shuffles
         else:
             loader = BatchLoader(
                 arrays, self._batch_rows, self.device, self.shuffle, self._shuffles

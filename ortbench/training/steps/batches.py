@@ -121,6 +121,31 @@ class Batch:
     scaled_label: capi.OrtValue | None = None
 
 
+class RowOrder:
+    """The order of the training rows, epoch after epoch, as scikit-learn's MLP shuffles
+    them: each epoch shuffles the previous epoch's order (``order[permutation(n)]``), so
+    that from one seed every contender sees the rows in scikit-learn's order. A trainer
+    keeps one across warm starts and pickles.
+
+    Parameters
+    ----------
+    random_state : int, RandomState or None
+        Seeds the shuffles (a ``RandomState`` is used as it is).
+    """
+
+    def __init__(self, random_state=None):
+        self.rng = check_random_state(random_state)
+        self.order = np.arange(0)
+
+    def next(self, n_samples: int) -> np.ndarray:
+        """The next epoch's order of ``n_samples`` rows (a first epoch, or one over data
+        of another length, shuffles ``0 .. n_samples - 1``)."""
+        if len(self.order) != n_samples:
+            self.order = np.arange(n_samples)
+        self.order = self.order[self.rng.permutation(n_samples)]
+        return self.order
+
+
 class BatchLoader:
     """Yields the same :class:`Batch` objects every epoch, refilled in place."""
 
@@ -130,10 +155,10 @@ class BatchLoader:
         batch_size: int,
         device: str = "cpu",
         shuffle: bool = False,
-        random_state=None,
+        rows: RowOrder | None = None,
     ):
-        """``arrays`` are X, y and sample weights, with as many rows each; ``random_state``
-        seeds the shuffles (a ``RandomState`` is used as it is, and is :attr:`rng`)."""
+        """``arrays`` are X, y and sample weights, with as many rows each; ``rows`` orders
+        them when ``shuffle`` (a new :class:`RowOrder` where not given)."""
         self.n_samples = len(arrays[0])
         n_batches = -(-self.n_samples // batch_size)
         self._sources = arrays
@@ -146,9 +171,9 @@ class BatchLoader:
         self._scaled_labels: np.ndarray | None = None  # see stage_scaled_labels
         self._factor = 1.0
         self.shuffle = shuffle
-        #: The generator of the epochs' shuffles (a trainer hands its own, so that a warm
-        #: start continues its sequence).
-        self.rng = check_random_state(random_state)
+        #: The order of the rows, epoch after epoch (a trainer hands its own, so that a
+        #: warm start continues it).
+        self.rows = rows or RowOrder()
         self._on_cpu = parse_device(device)[0] == "cpu"
         self._device = ort_device(device)
         self._bounds = [(k * batch_size, (k + 1) * batch_size) for k in range(n_batches)]
@@ -264,7 +289,7 @@ class BatchLoader:
     def epoch(self) -> list[Batch]:
         """The batches of the next epoch (rows shuffled in place when ``shuffle``)."""
         if self.shuffle:
-            order = self.rng.permutation(self.n_samples)
+            order = self.rows.next(self.n_samples)
             for source, host in zip(self._sources, self._host):
                 # a permutation needs no bounds check: mode "clip" writes straight into
                 # ``out``, where the default first gathers into a temporary copy
