@@ -66,6 +66,10 @@ LATER_COLUMNS = ("jax_version", "kernels", "kernel_pins", "intra_op_threads")
 RESULTS_CSV = "results.csv"
 RESULTS_JSONL = "results.jsonl"
 LOSS_CURVES_CSV = "loss_curves.csv"
+#: The cells a run set out to run, written as it starts, and whether a signal stopped it.
+PLAN_JSON = "plan.json"
+#: The status the reports give a planned cell that has no row: its run never reached it.
+NOT_RUN = "not run"
 #: The JSON field holding a cell's timing samples, one per repeat.
 SAMPLES = "seconds_per_step_samples"
 

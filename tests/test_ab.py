@@ -3,6 +3,7 @@ the paired test on synthetic drifting samples, the sides' environments, the comm
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -507,6 +508,47 @@ def test_an_interrupt_keeps_the_groups_that_finished(tmp_path):
     assert {(r["batch_size"], r[SIDE]) for r in records} == {(15, BASE), (15, HEAD)}
     assert len(records) == 4
     assert all(len(r["seconds_per_step_samples"]) == AB_REPEAT for r in records)
+
+
+@pytest.mark.parametrize("stopped_at, not_run", [(64, 2), (15, 4)])
+def test_an_interrupted_ab_says_so_in_its_heading_and_names_the_cells_not_run(
+    tmp_path, capsys, monkeypatch, stopped_at, not_run
+):
+    """Ctrl-C during a group: ``ab.md`` gives no verdict of "No regression", names the
+    cells that never ran, and the status is 130 (fake sides: no worker, no timing)."""
+    log: list = []
+
+    class Interrupting(FakeSide):
+        def request(self, command: str, **fields) -> dict:
+            if command == "time" and fields["key"].endswith(f"batch={stopped_at} cpu"):
+                raise KeyboardInterrupt
+            return super().request(command, **fields)
+
+    @contextlib.contextmanager
+    def fake_workers(folder, sides, worker):
+        yield {BASE: FakeSide(BASE, log, 1.0), HEAD: Interrupting(HEAD, log, 1.0)}
+
+    def fake_checkout(ref, cache, log):
+        return Checkout(ref, tmp_path, sys.executable, "this interpreter", "0" * 40)
+
+    monkeypatch.setattr("ortbench.commands.ab.checkout", fake_checkout)
+    monkeypatch.setattr("ortbench.commands.ab.started", fake_workers)
+    argv = ["ab", "HEAD~1", "HEAD", "--contenders", "ort-full", "ort-fwbw", "--problem", "mlp"]
+    argv += ["--batch-sizes", "15", "64", "--devices", "cpu", "--epochs", "2", "--repeat", "14"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 130
+    (folder,) = (tmp_path / "out").iterdir()
+    report = (folder / "ab.md").read_text(encoding="utf-8")
+    assert report.splitlines()[0] == (
+        f"## A/B benchmarks: Interrupted, {not_run} cells not run: no verdict"
+    )
+    assert "No regression" not in report
+    cells = report.split("### Cells not run\n\n")[1].split("\n\n")[0].splitlines()
+    assert cells == [
+        f"- contender={c}, problem=mlp, dataset=make_regression, batch_size={b}, device=cpu"
+        for b in (15, 64)[(15, 64).index(stopped_at) :]
+        for c in ("ort-full", "ort-fwbw")
+    ]
+    assert "interrupted: finished cells are kept in" in capsys.readouterr().err
 
 
 def test_workers_run_one_blas_thread_and_one_hash_seed_unless_told(tmp_path, monkeypatch):

@@ -116,6 +116,16 @@ def test_an_option_ab_cannot_honour_is_one_line(tmp_path, capsys, option):
     assert not any(tmp_path.iterdir())
 
 
+def test_ab_help_leaves_out_the_options_it_refuses(capsys):
+    assert main(["ab", "--help"]) == 0
+    ab_help = capsys.readouterr().out
+    assert main(["bench", "--help"]) == 0
+    bench_help = capsys.readouterr().out
+    for option in ("--keep-going", "--baseline"):
+        assert option not in ab_help and option in bench_help, option
+    assert "--contenders" in ab_help  # the options they share are listed
+
+
 def test_the_time_budget_stops_the_extra_rounds_and_the_report_says_so(tmp_path, monkeypatch):
     """With every verdict held open, a budget spent before the first rounds end leaves
     each cell at --repeat rounds, and ``ab.md`` says why; without the budget, the same

@@ -4,6 +4,7 @@ HTML parser; ``tests/test_browser.py`` checks the page in a browser)."""
 
 from __future__ import annotations
 
+import html
 import math
 from html.parser import HTMLParser
 from pathlib import Path
@@ -13,7 +14,13 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from ortbench.bench.store import COLUMNS, ResultsWriter, read_results
+from ortbench.bench.store import (
+    COLUMNS,
+    ResultsWriter,
+    mark_interrupted,
+    read_results,
+    write_plan,
+)
 from ortbench.cli import main
 from ortbench.report.html import write_index, write_reports
 from ortbench.report.markdown import markdown_to_html
@@ -339,3 +346,80 @@ def test_the_speed_up_plot_is_over_the_baseline_the_run_named(tmp_path, monkeypa
         for c in ("sklearn-mlp-sgd", "ort-full", "ort-fwbw")  # in the order they ran
     ]
     np.testing.assert_allclose(ratios, want)
+
+
+def _interrupted_run(
+    folder: Path, reached: int = 2, interrupted: bool = True, cut: bool = False
+) -> Path:
+    """A run folder as Ctrl-C leaves ``bench``: the rows of its first ``reached`` planned
+    cells (batch 15), the plan of all four (batch 256 too), marked interrupted; with
+    ``cut``, the other cells were running: their rows say ``interrupted``."""
+    planned = [(b, c) for b in (15, 256) for c in ("sklearn-mlp-sgd", "ort-fwbw")]
+    keys = {"problem": "mlp", "dataset": "make_regression", "device": "cpu"}
+    folder.mkdir(exist_ok=True)
+    write_plan(folder, [{"contender": c, "batch_size": b, **keys} for b, c in planned])
+    writer = ResultsWriter(folder)
+    for b, c in planned[:reached]:
+        row = _row("mlp", b, c, TIMES[("mlp", b, c)])
+        writer.append(row, [row["seconds_per_step"]], [])
+    for b, c in planned[reached:] if cut else []:
+        writer.append({**_row("mlp", b, c, math.nan), "status": "interrupted"}, [], [])
+    if interrupted:
+        mark_interrupted(folder)
+    return folder
+
+
+def test_an_interrupted_run_says_so_and_lists_the_cells_it_never_reached(tmp_path, capsys):
+    run = _interrupted_run(tmp_path)
+    assert main(["report", str(run)]) == 0
+    summary = (run / SUMMARY_MD).read_text(encoding="utf-8")
+    assert summary.startswith(
+        "# ortbench bench: run r1 (interrupted)\n\nInterrupted: 2 of the 4 planned cells "
+        "were not run (see Cells without a measurement). Time per training step"
+    )
+    page = (run / "index.html").read_text(encoding="utf-8")
+    assert "<h1>ortbench bench: run r1 (interrupted)</h1>" in page
+    assert "Interrupted: 2 of the 4 planned cells were not run" in page
+    for contender in ("sklearn-mlp-sgd", "ort-fwbw"):
+        row = f"| {contender} | mlp | make_regression | 256 | cpu | not run: interrupted |"
+        assert row in summary
+        cells = [contender, "mlp", "make_regression", "256", "cpu", "not run: interrupted"]
+        assert "".join(f"<td class='{k}'>{c}</td>" for k, c in zip(ROW_CLASSES, cells)) in page
+    assert summary.count("not run") == 3 and page.count("not run") == 3  # the lead's too
+    # stopped while batch 256 was running: its rows say so, and count as not run
+    text = write_summary(_interrupted_run(tmp_path / "cut", cut=True))
+    assert text.startswith(
+        "# ortbench bench: run r1 (interrupted)\n\nInterrupted: 2 of the 4 planned cells "
+        "were not run"
+    )
+    assert "| ort-fwbw | mlp | make_regression | 256 | cpu | interrupted |" in text
+    # a run that finished every cell it planned reads as it always did
+    finished = _interrupted_run(tmp_path / "finished", reached=4, interrupted=False)
+    text = write_summary(finished)
+    assert text.startswith("# ortbench bench: run r1\n\nTime per training step")
+    assert "not run" not in text and "Interrupted" not in text
+
+
+#: The classes of a row's cells in the table of cells without a measurement.
+ROW_CLASSES = ("text", "text", "text", "num", "text", "status")
+
+
+def test_summary_names_the_bad_rows_as_the_page_does(tmp_path, capsys):
+    writer = ResultsWriter(tmp_path)
+    for contender in ("sklearn-mlp-sgd", "ort-full", "ort-fwbw", "ort-portable-fwbw"):
+        row = _row("mlp", 15, contender, 1e-4)
+        writer.append(row, [row["seconds_per_step"]], [])
+    table = pd.read_csv(tmp_path / RESULTS_CSV)
+    table.loc[1, "seconds_per_step"] = math.nan  # ort-full
+    table.loc[2, "seconds_per_step"] = -1e-4  # ort-fwbw
+    pd.concat([table, table.iloc[[0]]]).to_csv(tmp_path / RESULTS_CSV, index=False)
+    assert main(["report", str(tmp_path)]) == 0
+    bad = [str(row) for row in read_results(tmp_path).attrs["bad_rows"]]
+    assert [line.split(":")[0] for line in bad] == ["line 2", "line 3", "line 4", "line 6"]
+    assert len(capsys.readouterr().err.splitlines()) == 4
+    summary = (tmp_path / SUMMARY_MD).read_text(encoding="utf-8")
+    assert "| 15 | ort-portable-fwbw |" in summary
+    section = summary.split("\n## Bad rows of results.csv, left out\n\n")[1]
+    assert section.split("\n\n")[0].splitlines() == [f"- {line}" for line in bad]
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert all(f"<li>{html.escape(line)}</li>" in page for line in bad)

@@ -17,7 +17,14 @@ from ortbench.bench import matrix
 from ortbench.bench.contenders import Contender
 from ortbench.bench.matrix import BenchConfig, run_matrix
 from ortbench.bench.problems import make_problem
-from ortbench.bench.store import COLUMNS, LOSS_CURVES_CSV, RESULTS_CSV, ResultsWriter, read_records
+from ortbench.bench.store import (
+    COLUMNS,
+    LOSS_CURVES_CSV,
+    RESULTS_CSV,
+    ResultsWriter,
+    read_plan,
+    read_records,
+)
 from ortbench.bench.timing import TIMED_AGAIN
 from ortbench.cli import main
 from ortbench.report.plots import write_plots
@@ -66,7 +73,8 @@ def test_results_schema(run_folder):
     # 96 training rows hold 12 batches of 8 but only 6 of 16: no cell times padding
     assert set(results[(results.batch_size == 16) & (results.device == "cpu")].status) == {
         "unavailable: batch size 16 is more than an eighth of the 96 training rows of "
-        "diabetes: an epoch would not hold 8 full batches"
+        "diabetes: an epoch would not hold 8 full batches; batch sizes up to 12 run on them, "
+        "and batch size 16 needs data of 160 rows (20% are held out)"
     }
     for column in (
         "seconds_per_step",
@@ -162,6 +170,18 @@ def test_an_interrupted_run_keeps_its_finished_rows(tmp_path, monkeypatch, capsy
     assert len(read_records(folder)) == 2
     summary = (folder / "summary.md").read_text()
     assert shown_in_summary(summary, results.iloc[0].status, "ort-fwbw", "linear", 8)
+    # the plan written as the run started, marked when the signal came: the second
+    # group's cells, never reached, are listed as not run, and the summary says why
+    plan = read_plan(folder)
+    assert plan.interrupted and [(c["contender"], c["batch_size"]) for c in plan.cells] == [
+        (contender, batch) for batch in (8, 32) for contender in ("ort-fwbw", "sklearn-mlp-sgd")
+    ]
+    assert summary.startswith(
+        f"# ortbench bench: run {folder.name} (interrupted)\n\n"
+        "Interrupted: 2 of the 4 planned cells were not run"
+    )
+    for contender in ("ort-fwbw", "sklearn-mlp-sgd"):
+        assert shown_in_summary(summary, "not run: interrupted", contender, "linear", 32)
 
 
 @pytest.mark.training_build

@@ -428,6 +428,8 @@ def announced(self, epochs):
     if self.batch_size == 1:
         print("sklearn-fitting", file=sys.stderr, flush=True)
     real(self, epochs)
+    if self.model.n_iter_ < epochs:  # scikit-learn caught the signal and returned
+        print("sklearn-cut-short", file=sys.stderr, flush=True)
 
 SklearnMLP._continue = announced
 sys.exit(main(sys.argv[1:]))
@@ -459,7 +461,10 @@ def test_a_signal_during_a_scikit_learn_fit_stops_the_run(tmp_path, signum):
     assert status == 130, "".join(lines)
     # within the fit it came in or the next, not the 20 and more fits left of the cell
     assert sum(line.startswith("sklearn-fitting") for line in after) <= 1, "".join(lines)
-    assert any("Training interrupted by user" in line for line in lines)  # it was swallowed
+    assert "sklearn-cut-short\n" in after, "".join(lines)  # it was swallowed
+    # and said so in one line, not with scikit-learn's warning
+    assert not any("Warning" in line for line in lines), "".join(lines)
+    assert after[-1].startswith("ortbench: interrupted: finished cells are kept in"), after
     (folder,) = tmp_path.iterdir()
     results = pd.read_csv(folder / RESULTS_CSV)
     assert list(results.batch_size) == [32, 1]

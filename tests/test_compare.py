@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from ortbench.bench.matrix import BenchConfig
-from ortbench.bench.store import COLUMNS, ResultsWriter
+from ortbench.bench.store import COLUMNS, ResultsWriter, mark_interrupted, write_plan
 from ortbench.cli import main
 from ortbench.report.paired import AB_MD, ab_comparison, ab_markdown
 from ortbench.report.resultsets import Measurement, load_result_set
@@ -23,7 +23,7 @@ from ortbench.report.significance import (
     rank_test_can_decide,
     rank_test_min_p,
 )
-from ortbench.report.verdicts import IMPROVED, REGRESSED, WARNING, judge
+from ortbench.report.verdicts import IMPROVED, REGRESSED, SAME_RUN, WARNING, judge
 from ortbench.schema import BASE, FITS, HEAD, KEYS, POSITIONS, SIDE
 
 TIME = "bench_training.TimeEpoch.time_epoch"
@@ -288,6 +288,85 @@ def test_a_cell_interrupted_on_one_side_is_missing_and_failures_stay_failures(tm
     )
     for benchmark in ("seconds_per_step", "runs_per_step"):  # a real failure, as before
         assert report_lines(out, 15)[(benchmark, "ort-fwbw")] == "**failed** (errored in HEAD)"
+
+
+#: The cells of a run of two contenders at three batch sizes.
+PLANNED = [(c, b) for b in (15, 256, 1024) for c in ("sklearn-mlp-sgd", "ort-full")]
+
+
+def planned_run(
+    folder: Path, statuses: dict[tuple[str, int], str], interrupted: bool, planned=PLANNED
+) -> Path:
+    """A run folder of :func:`cells_run` whose plan holds the ``planned`` cells, as
+    ``bench`` writes it when it starts, marked interrupted as Ctrl-C marks it."""
+    folder.mkdir()
+    keys = {"problem": "mlp", "dataset": "make_regression", "device": "cpu"}
+    write_plan(folder, [{"contender": c, "batch_size": b, **keys} for c, b in planned])
+    cells_run(folder, statuses)
+    if interrupted:
+        mark_interrupted(folder)
+    return folder
+
+
+def test_cells_an_interrupted_run_never_reached_are_missing_not_failed(tmp_path, capsys):
+    """Ctrl-C during batch 256: batch 1024 has no row at all, only its plan."""
+    finished = planned_run(tmp_path / "finished", dict.fromkeys(PLANNED, "ok"), False)
+    stopped = planned_run(tmp_path / "stopped", INTERRUPTED_RUN, True)
+    for base, head, side in ((finished, stopped, "HEAD"), (stopped, finished, "BASE")):
+        assert main(["compare", str(base), str(head)]) == 0
+        out = capsys.readouterr().out
+        assert "failed" not in out and "## Benchmarks: No regression" in out
+        not_run = f"missing (not run: interrupted in {side})"
+        assert report_lines(out, 1024) == {
+            ("seconds_per_step", "sklearn-mlp-sgd"): not_run,
+            ("seconds_per_step", "ort-full"): not_run,
+            ("runs_per_step", "ort-full"): not_run,
+            ("ortvalues_per_step", "ort-full"): not_run,
+        }  # scikit-learn's counters: n/a where they ran, never measured where not
+        assert report_lines(out, 1024) == report_lines(out, 256)
+
+
+def test_a_row_that_lacks_a_key_leaves_its_cell_unjudged_not_failed(tmp_path, capsys):
+    """A row of HEAD without its batch size: the cell it may be is not judged, on either
+    side, nor taken for a cell the run did not reach."""
+    base = cells_run(tmp_path / "base", dict.fromkeys(PLANNED[:4], "ok"))
+    head = planned_run(tmp_path / "head", dict.fromkeys(PLANNED[:4], "ok"), False, PLANNED[:4])
+    lines = (head / "results.jsonl").read_text().splitlines()
+    record = json.loads(lines[2])
+    assert (record["contender"], record.pop("batch_size")) == ("sklearn-mlp-sgd", 256)
+    lines[2] = json.dumps(record)
+    (head / "results.jsonl").write_text("\n".join(lines) + "\n")
+    for argv, line in (([base, head], "HEAD"), ([head, base], "BASE")):
+        assert main(["compare", *map(str, argv)]) == 0
+        out = capsys.readouterr().out
+        assert "1 bad row left out, their cells not judged:" in out
+        assert f"- {head / 'results.jsonl'} line 3: no batch_size" in out
+        assert "failed" not in out and "missing" not in out, line
+        assert ("seconds_per_step", "sklearn-mlp-sgd") not in report_lines(out, 256)
+        assert ("seconds_per_step", "ort-full") in report_lines(out, 256)  # its row is good
+
+
+def test_out_and_html_naming_one_file_is_refused(tmp_path, capsys):
+    run = bench_run(tmp_path / "run", 1.0)
+    same = tmp_path / "same.x"
+    assert main(["compare", str(run), str(run), "--out", str(same), "--html", str(same)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not same.exists()
+    assert captured.err == (
+        f"ortbench: error: --out and --html name the same file {same}: give two files\n"
+    )
+
+
+def test_a_run_folder_compared_with_itself_says_so(tmp_path, capsys, monkeypatch):
+    run = bench_run(tmp_path / "run", 1.0)
+    other = bench_run(tmp_path / "other", 1.0)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", str(run), "run/", "--html", "page.html"]) == 0
+    assert f"HEAD: run run\n\n{SAME_RUN}\n" in capsys.readouterr().out
+    assert f"<p>{SAME_RUN}</p>" in (tmp_path / "page.html").read_text(encoding="utf-8")
+    assert main(["compare", str(run), str(other), "--html", "page.html"]) == 0
+    assert "same run folder" not in capsys.readouterr().out
+    assert "same run folder" not in (tmp_path / "page.html").read_text(encoding="utf-8")
 
 
 def ab_run(folder: Path) -> Path:

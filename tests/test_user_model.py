@@ -14,6 +14,7 @@ from helpers import timed
 from onnx import TensorProto, helper, numpy_helper
 from skl2onnx import to_onnx
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LinearRegression
 from sklearn.metrics import log_loss
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
@@ -263,6 +264,33 @@ def test_sample_weights_give_the_same_trajectory_everywhere(tmp_path, same):
         np.testing.assert_allclose(found[name], found[names[0]], rtol=1e-5, err_msg=name)
 
 
+def test_sklearn_sgd_leaves_blank_the_losses_its_printout_cannot_tell(tmp_path):
+    """SGDRegressor prints its epoch losses with 6 decimals, unweighted: a linear model
+    that fits its data to 1e-9 reads "0.000000", which is no loss of 0; weighted data
+    read the unweighted mean. Both are left blank (NaN); a loss it prints with 3
+    significant digits or more is kept, and follows the engine's trajectory."""
+    rng = np.random.RandomState(0)
+    X = rng.randn(200, 4).astype(np.float32)
+    y = X @ np.array([1.0, 2.0, 3.0, 4.0]) + 0.5
+    onnx.save(to_onnx(LinearRegression().fit(X, y), X[:1]), tmp_path / "linreg.onnx")
+    data = {
+        "fit": {"y": y + 1e-4 * rng.randn(200)},
+        "far": {"y": 2 * y},
+        "weighted": {"y": 2 * y, "sample_weight": rng.uniform(0.5, 2, 200)},
+    }
+    curves = {}
+    for name, arrays in data.items():
+        np.savez(tmp_path / f"{name}.npz", X=X, **arrays)
+        files = UserFiles(str(tmp_path / "linreg.onnx"), (str(tmp_path / f"{name}.npz"),))
+        problem = load_user_problem(files)
+        curves[name] = make_contender("sklearn-sgd", problem, 1, shuffle=False).fit(3).loss_curve_
+        if name == "far":
+            engine = make_contender("ort-portable-fwbw", problem, 1, shuffle=False).fit(3)
+    assert np.isnan(curves["fit"]).all() and len(curves["fit"]) == 3
+    assert np.isnan(curves["weighted"]).all()
+    np.testing.assert_allclose(curves["far"], engine.loss_curve_, rtol=1e-5)
+
+
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_the_layers_of_a_converted_classifier(n_classes):
     rng = np.random.RandomState(0)
@@ -330,6 +358,10 @@ def bad_inputs(folder):
     pd.DataFrame(X, columns=list("abcd")).assign(t=X[:, 0], s="x").to_csv(
         folder / "text.csv", index=False
     )
+    pd.DataFrame(X[:0], columns=list("abcd")).assign(t=X[:0, 0]).to_csv(
+        folder / "header.csv", index=False
+    )
+    pd.DataFrame({"t": X[:, 0]}).to_csv(folder / "target.csv", index=False)
     m, ok = str(folder / "m.onnx"), str(folder / "ok.npz")
     return [
         ([str(folder / "text.onnx"), ok], ["text.onnx", "not an ONNX model"]),
@@ -340,6 +372,11 @@ def bad_inputs(folder):
         ([m, str(folder / "empty.npz")], ["empty.npz", "empty"]),
         ([m, str(folder / "t.csv"), "--target", "label"], ["t.csv", "no column 'label'"]),
         ([m, str(folder / "text.csv"), "--target", "t"], ["text.csv", "not numeric"]),
+        ([m, str(folder / "header.csv"), "--target", "t"], ["header.csv", "has no rows"]),
+        (
+            [m, str(folder / "target.csv"), "--target", "t"],
+            ["target.csv", "no feature columns besides 't'"],
+        ),
         ([m, ok, "--weights", "W9"], ["m.onnx", "unknown weight 'W9'"]),
         ([m, ok, "--loss", "log"], ["ok.npz", "integer class labels"]),
     ]
@@ -356,6 +393,80 @@ def test_bad_input_is_one_line_before_any_cell(tmp_path, capsys, command):
         assert err.count("\n") == 1 and err.startswith("ortbench: error: "), err
         assert all(part in err for part in expected), (expected, err)
     assert not out.exists() or not any(out.iterdir())  # no run folder
+
+
+def stop_profiles(monkeypatch) -> list:
+    """Make ``profile`` stop (exit 130) once its checks passed; the requests it made."""
+    from ortbench.commands import profile as command
+
+    requests = []
+
+    def stopped(request, folder, **options):
+        requests.append(request)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "profile", stopped)
+    return requests
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ortbench: error: "), err
+    assert "Warning" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("command", "replaced"),
+    [
+        (["bench"], "--problem, --dataset, --hidden, --n-samples and --n-features"),
+        (["profile", "ort-fwbw"], "--problem, --dataset and --hidden"),
+    ],
+    ids=["bench", "profile"],
+)
+def test_model_and_data_refuse_the_options_they_replace(
+    files, tmp_path, capsys, monkeypatch, command, replaced
+):
+    requests = stop_profiles(monkeypatch)
+    own = ["--model", str(files / "model.onnx"), "--data", str(files / "data.npz")]
+    for option in (["--problem", "cnn"], ["--dataset", "diabetes"], ["--hidden", "8"]):
+        assert main([*command, *own, *option, "--out", str(tmp_path / "out")]) == 2, option
+        assert one_error_line(capsys) == f"ortbench: error: --model and --data replace {replaced}\n"
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert requests == []
+
+
+def test_profile_refuses_a_batch_size_the_bench_would_not_time(
+    files, tmp_path, capsys, monkeypatch
+):
+    """200 rows, 160 for training: batch sizes up to 20 fill an epoch with 8 batches, as
+    the bench requires; 21 is refused in one line, with no warning of the trainers."""
+    requests = stop_profiles(monkeypatch)
+    argv = ["profile", "ort-portable-fwbw", "--model", str(files / "model.onnx")]
+    argv += ["--data", str(files / "data.npz"), "--out", str(tmp_path / "out")]
+    for batch_size in (21, 1000):
+        assert main([*argv, "--batch-size", str(batch_size)]) == 2
+        err = one_error_line(capsys)
+        assert f"batch size {batch_size} is more than an eighth of the 160 training rows" in err
+        assert "batch sizes up to 20 run on them" in err
+        assert f"needs data of {10 * batch_size} rows" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert main([*argv, "--batch-size", "20"]) == 130  # profiled (stopped at once)
+    assert [r.batch_size for r in requests] == [20]
+
+
+def test_bench_refuses_a_matrix_with_no_cell_to_run_before_its_folder(files, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["bench", "--model", str(files / "model.onnx"), "--data", str(files / "data.npz")]
+    argv += ["--contenders", "ort-portable-fwbw", "--devices", "cpu", "--out", str(out)]
+    assert main([*argv, "--batch-sizes", "1000", "2000"]) == 2
+    err = one_error_line(capsys)
+    assert err.startswith(
+        "ortbench: error: no cell can run: batch size 1000 is more than an eighth of the 160 "
+        "training rows of data.npz"
+    )
+    assert "batch sizes up to 20 run on them" in err and "(and 1 other reason)" in err
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_the_files_of_the_command_line_are_found_from_any_directory(tmp_path, monkeypatch):

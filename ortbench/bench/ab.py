@@ -30,7 +30,8 @@ from ..training import OrtBenchError
 from . import ab_worker, memory, timing
 from .checkouts import Checkout
 from .interruption import interruptible
-from .matrix import MIN_BATCHES, BenchConfig, Cell, _problem, _row, cells, data_sizes
+from .matrix import BenchConfig, Cell, _problem, _row, cells, data_sizes
+from .problems import batch_too_large
 from .store import COLUMNS, ResultsWriter
 from .timing import SHORT_EPOCHS, TimedFits, slope, step_columns, timing_column
 from .user_model import UserFiles
@@ -228,9 +229,8 @@ def prepare_group(
     for cell in group:
         problem = _problem(cell, config)
         row = _row(cell, config, problem)
-        train = len(problem.data.X_train)
-        if train < MIN_BATCHES * cell.batch_size:
-            reason = f"batch size {cell.batch_size} is more than an eighth of {train} training rows"
+        reason = batch_too_large(problem, cell.batch_size)
+        if reason is not None:
             row["status"] = f"unavailable: {reason}"
         rows.append(row)
         specs.append(CellSpec.of(cell, config, user).to_json())

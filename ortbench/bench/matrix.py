@@ -25,7 +25,13 @@ from .datasets import DATASETS, check_data_options
 from .interruption import interruptible
 from .machine import available_devices, kernels, machine, versions
 from .memory import peak_memory
-from .problems import MIN_BATCHES, Problem, batch_data_sizes, check_problems, make_problem
+from .problems import (
+    Problem,
+    batch_data_sizes,
+    batch_too_large,
+    check_problems,
+    make_problem,
+)
 from .store import MEASURED, ResultsWriter
 from .timing import (
     AGAIN_GROWTH,
@@ -256,12 +262,8 @@ def _prepare(
     when the cell is unavailable or failed: the row's status says why)."""
     problem = _problem(cell, config)
     row = _row(cell, config, problem)
-    rows = len(problem.data.X_train)
-    if rows < MIN_BATCHES * cell.batch_size:
-        reason = (
-            f"batch size {cell.batch_size} is more than an eighth of the {rows} training rows "
-            f"of {cell.dataset}: an epoch would not hold {MIN_BATCHES} full batches"
-        )
+    reason = batch_too_large(problem, cell.batch_size)
+    if reason is not None:
         return {**row, "status": f"unavailable: {reason}"}, None
     try:
         contender = make_contender(cell.contender, problem, cell.batch_size, cell.device)

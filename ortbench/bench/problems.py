@@ -337,8 +337,45 @@ def batch_data_sizes(
     sizes = {"n_samples": n_samples, "n_features": n_features}
     problem = make_problem(name, dataset, **sizes)
     if dataset in GENERATED and len(problem.data.X_train) < MIN_BATCHES * batch_size:
-        sizes["n_samples"] = math.ceil(MIN_BATCHES * batch_size / (1 - VALIDATION_FRACTION))
+        sizes["n_samples"] = rows_for_batches(batch_size)
     return sizes
+
+
+def rows_for_batches(batch_size: int) -> int:
+    """The fewest rows whose training split holds :data:`MIN_BATCHES` full batches of
+    ``batch_size`` once :data:`~ortbench.bench.datasets.VALIDATION_FRACTION` of them are
+    held out."""
+    return math.ceil(MIN_BATCHES * batch_size / (1 - VALIDATION_FRACTION))
+
+
+def batch_too_large(problem: Problem, batch_size: int) -> str | None:
+    """Why an epoch of the problem's training rows is no epoch to time at ``batch_size``
+    (it would not hold :data:`MIN_BATCHES` full batches), and what to change; None when
+    it is.
+
+    Parameters
+    ----------
+    problem : Problem
+        The cell's problem, on the data the cell trains on (see :func:`batch_data_sizes`).
+    batch_size : int
+        The cell's batch size.
+
+    Returns
+    -------
+    str or None
+        One line: the largest batch size these rows allow, and the rows this one needs.
+    """
+    rows = len(problem.data.X_train)
+    if rows >= MIN_BATCHES * batch_size:
+        return None
+    largest = rows // MIN_BATCHES
+    usable = f"batch sizes up to {largest} run on them" if largest else "no batch size runs on them"
+    return (
+        f"batch size {batch_size} is more than an eighth of the {rows} training rows of "
+        f"{problem.dataset}: an epoch would not hold {MIN_BATCHES} full batches; {usable}, "
+        f"and batch size {batch_size} needs data of {rows_for_batches(batch_size)} rows "
+        f"({VALIDATION_FRACTION:.0%} are held out)"
+    )
 
 
 def make_problem(

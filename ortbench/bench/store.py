@@ -5,7 +5,10 @@ A run folder holds
 - ``results.csv``: one row per cell, the columns of :data:`COLUMNS`;
 - ``results.jsonl``: the same rows as JSON lines, plus the timing samples of each repeat
   (``seconds_per_step_samples``) that ``ortbench compare`` tests for significance;
-- ``loss_curves.csv``: one row per cell and epoch (the cell's keys, ``epoch``, ``loss``).
+- ``loss_curves.csv``: one row per cell and epoch (the cell's keys, ``epoch``, ``loss``);
+- ``plan.json``: the cells the run set out to run, written as it starts, and whether a
+  signal (Ctrl-C, SIGTERM) stopped it (:class:`RunPlan`): a planned cell without a row
+  was never reached.
 
 Every file is appended row by row, each row one whole line written by one call, so an
 interrupted run keeps what it finished. A write that fails (disk full, read-only) is
@@ -21,6 +24,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +39,14 @@ from ..schema import (
     LATER_COLUMNS,
     LOSS_CURVES_CSV,
     MEASURED,
+    PLAN_JSON,
     RESULTS_CSV,
     RESULTS_JSONL,
     SAMPLES,
 )
 
 #: Names of a run's data files: no ``--out`` of any command writes over them.
-RUN_DATA_FILES = ("results.*", "calibration.json", "timings*", "loss_curves.csv")
+RUN_DATA_FILES = ("results.*", "calibration.json", "timings*", "loss_curves.csv", PLAN_JSON)
 #: Names of a run folder's own reports (``ortbench report`` writes them): a comparison's
 #: ``--out`` or ``--html`` does not take their place either.
 RUN_REPORTS = ("index.html", "summary.md")
@@ -227,9 +232,22 @@ class BadRow:
     reason: str
     #: the cell it would be, ``key=value, ...`` over the keys, when it has them all
     cell: str | None = None
+    #: the (key, value) pairs of a row that lacks a key but has others
+    known: tuple[tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.reason}"
+
+    def may_be(self, cell: str, keys: Sequence[str] = KEYS) -> bool:
+        """Whether this row may be ``cell`` (``key=value, ...`` over ``keys``): it is that
+        cell, or it lacks a key and agrees with ``cell`` on every key it has."""
+        if self.cell is not None or not self.known:
+            return cell == self.cell
+        known = dict(self.known)
+        pattern = ", ".join(
+            re.escape(f"{k}={known[k]}") if k in known else re.escape(f"{k}=") + ".*" for k in keys
+        )
+        return re.fullmatch(pattern, cell) is not None
 
 
 def check_rows(
@@ -264,7 +282,7 @@ def check_rows(
         cell = _cell(row, keys)
         reason = _row_problem(row, keys)
         if reason:
-            bad[line] = BadRow(line, reason, cell)
+            bad[line] = BadRow(line, reason, cell, () if cell else _known(row, keys))
             continue
         lines_of.setdefault(cell, []).append(line)
         checked.append((line, row))
@@ -281,6 +299,18 @@ def _cell(row: object, keys: Sequence[str]) -> str | None:
     if not isinstance(row, dict) or any(_missing(row.get(k)) for k in keys):
         return None
     return ", ".join(f"{k}={row[k]}" for k in keys)
+
+
+def _known(row: object, keys: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The keys a row has, each with its value as a cell names it (a whole float as an
+    integer: a CSV column with an empty cell reads its batch sizes as floats)."""
+    if not isinstance(row, dict):
+        return ()
+    return tuple(
+        (k, str(int(v)) if isinstance(v, float) and v.is_integer() else str(v))
+        for k in keys
+        if not _missing(v := row.get(k))
+    )
 
 
 def _missing(value: object) -> bool:
@@ -450,3 +480,66 @@ def read_calibration(folder: str | Path) -> dict[str, list[float]] | None:
         }
     except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as e:
         raise OrtBenchError(f"{path} is not a calibration file: {e}") from None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run set out to do (``plan.json``): its cells, and whether a signal stopped it."""
+
+    #: each planned cell as ``{key: value}`` over :data:`KEYS`, in the run's order
+    cells: list[dict]
+    interrupted: bool = False
+
+    def unreached(self, rows: Iterable[dict], bad: Sequence[BadRow] = ()) -> list[dict]:
+        """The planned cells that have no row: neither one of ``rows`` nor one of ``bad``
+        that may be it (see :meth:`BadRow.may_be`)."""
+        done = {_cell(row, KEYS) for row in rows}
+        return [
+            cell
+            for cell in self.cells
+            if (name := _cell(cell, KEYS)) not in done and not any(b.may_be(name) for b in bad)
+        ]
+
+
+def write_plan(folder: str | Path, cells: Iterable[dict], interrupted: bool = False) -> None:
+    """Write ``plan.json``: the cells a run sets out to run (``{key: value}`` over
+    :data:`KEYS` each) and whether a signal stopped it.
+
+    Raises
+    ------
+    OrtBenchError
+        When the file cannot be written.
+    """
+    plan = {"cells": [[cell[k] for k in KEYS] for cell in cells], "interrupted": interrupted}
+    path = Path(folder, PLAN_JSON)
+    try:
+        path.write_text(json.dumps(plan, indent=1), encoding="utf-8")
+    except OSError as e:
+        raise OrtBenchError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def mark_interrupted(folder: str | Path) -> None:
+    """Record in ``plan.json`` that a signal stopped the run (nothing without a plan)."""
+    plan = read_plan(folder)
+    if plan is not None:
+        write_plan(folder, plan.cells, interrupted=True)
+
+
+def read_plan(folder: str | Path) -> RunPlan | None:
+    """A run folder's plan, or None for a folder written without one.
+
+    Raises
+    ------
+    OrtBenchError
+        When ``plan.json`` is there but malformed.
+    """
+    path = Path(folder, PLAN_JSON)
+    if not path.exists():
+        return None
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8"))
+        cells = [dict(zip(KEYS, values, strict=True)) for values in plan["cells"]]
+        return RunPlan(cells, plan["interrupted"] is True)
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
+        reason = e.strerror if isinstance(e, OSError) else f"{type(e).__name__}: {e}"
+        raise OrtBenchError(f"{path} is not a run's plan ({reason})") from None

@@ -48,6 +48,9 @@ USER_LOSSES = tuple(LOSSES)
 TRIAL_ROWS = 16
 _HIDDEN_ACTIVATIONS = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "logistic"}
 _PASS_THROUGH = {"Identity", "Reshape", "Cast"}
+#: The options (``argparse`` destinations) that choose a built-in problem and its data,
+#: which ``--model``/``--data`` replace.
+REPLACED_OPTIONS = ("problem", "dataset", "hidden", "n_samples", "n_features")
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,22 @@ class UserFiles:
 
     @classmethod
     def from_options(cls, options) -> UserFiles | None:
-        """The files of the command line's ``--model``/``--data`` options (None: neither)."""
+        """The files of the command line's ``--model``/``--data`` options (None: neither).
+
+        Raises
+        ------
+        OrtBenchError
+            For one of the two without the other, or with an option they replace
+            (:data:`REPLACED_OPTIONS`, those of the command that has them).
+        """
         if options.model is None and options.data is None:
             return None
         if options.model is None or options.data is None:
             raise OrtBenchError("--model and --data go together: give both")
+        if any(getattr(options, o, None) for o in REPLACED_OPTIONS):
+            *others, last = [f"--{o.replace('_', '-')}" for o in REPLACED_OPTIONS if o in options]
+            listed = f"{', '.join(others)} and {last}" if others else last
+            raise OrtBenchError(f"--model and --data replace {listed}")
         return cls(  # absolute: workers run in other directories
             os.path.abspath(options.model),
             tuple(os.path.abspath(d) for d in options.data),
@@ -175,6 +189,8 @@ def _read_table(path: str, files: UserFiles):
         raise OrtBenchError(
             f"{path}: cannot read it as {suffix[1:]} ({type(e).__name__}: {line[0] if line else ''})"
         ) from None
+    if len(table) == 0:
+        raise OrtBenchError(f"{path}: it has no rows: give at least 2 (training and validation)")
     if files.target is None:
         raise OrtBenchError(f"{path}: name the target column with --target COLUMN")
     columns = [files.target] + ([files.sample_weight] if files.sample_weight else [])
@@ -184,6 +200,9 @@ def _read_table(path: str, files: UserFiles):
                 f"{path}: no column {column!r} for {option}: its columns are {list(table.columns)}"
             )
     features = table.drop(columns=columns)
+    if features.columns.empty:
+        named = " and ".join(map(repr, dict.fromkeys(columns)))
+        raise OrtBenchError(f"{path}: it has no feature columns besides {named}: give at least one")
     text = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
     if text:
         raise OrtBenchError(

@@ -40,7 +40,7 @@ from ..bench.instructions import (
     run_count_group,
 )
 from ..bench.matrix import BenchConfig, Cell, cells, run_id_now
-from ..bench.store import KEYS, RESULTS_CSV, ResultsWriter, create_run_folder
+from ..bench.store import KEYS, ResultsWriter, create_run_folder, mark_interrupted
 from ..bench.user_model import UserFiles
 from ..errors import OrtBenchError
 from ..progress import Progress
@@ -49,7 +49,14 @@ from ..report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, blocks, mi
 from ..report.units import format_seconds
 from ..schema import PER_STEP, SIDE, SIDES
 from . import EXIT_FAILING, EXIT_INTERRUPTED, EXIT_NOTHING, RUNTIME_COMMANDS
-from .bench import LINE_EVERY, matrix_config, shard_todo, start_shard
+from .bench import (
+    LINE_EVERY,
+    add_bench_only_options,
+    matrix_config,
+    shard_todo,
+    start_shard,
+    write_run_plan,
+)
 from .options import add_verdict_options, count, positive
 
 #: Options of ``bench`` that ``ab`` takes but cannot honour, and why.
@@ -218,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
     if not start_shard(args, folder, config, todo, settings):
         write_sides(folder, sides)
         return 0
+    write_run_plan(folder, config, todo)
     started_at = time.perf_counter()
     progress = AbProgress(run_cells, lambda: time.perf_counter() - started_at)
     labels = tuple(side_label(vars(s)) for s in sides.values())
@@ -243,9 +251,9 @@ def run(args: argparse.Namespace) -> int:
                 progress.note,
             )
     except KeyboardInterrupt:
-        if (folder / RESULTS_CSV).exists():  # the verdict on the finished cells
-            comparison = ab_comparison(folder, labels, *thresholds)
-            (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
+        mark_interrupted(folder)  # ab.md says so, and lists the cells not run
+        comparison = ab_comparison(folder, labels, *thresholds)
+        (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
     note = ""
@@ -339,4 +347,5 @@ def add(commands: argparse._SubParsersAction, matrix: argparse.ArgumentParser) -
         default=INSTRUCTIONS_THRESHOLD,
         help=f"relative change of instructions per step that counts ({INSTRUCTIONS_THRESHOLD})",
     )
+    add_bench_only_options(parser, shown=False)  # refused by run, in one line (AB_REFUSES)
     parser.set_defaults(func=run)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..bench.calibration import write_calibration
-from ..bench.contenders import CONTENDERS
+from ..bench.contenders import CONTENDERS, unavailable_reason
 from ..bench.datasets import DATASETS, MIN_SAMPLES
 from ..bench.machine import available_devices
 from ..bench.matrix import (
@@ -22,6 +22,8 @@ from ..bench.matrix import (
     BenchConfig,
     Cell,
     Stage,
+    cells,
+    data_sizes,
     planned_stages,
     run_id_now,
     run_matrix,
@@ -30,17 +32,25 @@ from ..bench.problems import (
     PROBLEMS,
     default_datasets,
     has_hidden_layers,
+    make_problem,
     parse_hidden,
     sized_problems,
 )
 from ..bench.shard import Shard, parse_shard, shard_cells, write_shard
-from ..bench.store import RESULTS_CSV, ResultsWriter, create_run_folder, read_records
+from ..bench.store import (
+    RESULTS_CSV,
+    ResultsWriter,
+    create_run_folder,
+    mark_interrupted,
+    read_records,
+    write_plan,
+)
 from ..bench.user_model import USER_LOSSES, UserFiles, load_user_problem
 from ..errors import OrtBenchError
 from ..progress import Progress
 from ..report.html import write_reports
 from ..report.summary import SUMMARY_MD
-from ..report.units import format_seconds
+from ..report.units import format_seconds, plural
 from . import EXIT_FAILING, EXIT_INTERRUPTED, RUNTIME_COMMANDS
 from .options import at_least, count, counts, joined, names
 
@@ -122,11 +132,6 @@ def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
     cell runs) or of ``--hidden``; nothing to override without them."""
     user = UserFiles.from_options(args)
     if user is not None:
-        if args.problem or args.dataset or args.hidden or args.n_samples or args.n_features:
-            raise OrtBenchError(
-                "--model and --data replace --problem, --dataset, --hidden, --n-samples "
-                "and --n-features"
-            )
         problem = load_user_problem(user)
         return {"problems": (problem.name,), "datasets": (problem.dataset,)}
     if args.hidden:
@@ -138,6 +143,31 @@ def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
             )
         return {"problems": sized_problems(problems, hidden)}
     return {}
+
+
+def check_some_cell_runs(config: BenchConfig) -> None:
+    """Refuse a matrix none of whose cells can run, before its run folder exists.
+
+    A cell cannot run when its batch size is too large for its training rows or its
+    contender cannot run it (:func:`~ortbench.bench.contenders.unavailable_reason`, what
+    its row would say); the cells are looked at in the run's order until one can.
+
+    Raises
+    ------
+    OrtBenchError
+        Naming the first cell's reason (which says what to change) and how many others
+        there are.
+    """
+    reasons = []
+    for cell in cells(config):
+        problem = make_problem(cell.problem, cell.dataset, **data_sizes(cell, config))
+        reason = unavailable_reason(cell.contender, problem, cell.batch_size, cell.device)
+        if reason is None:
+            return
+        reasons.append(reason)
+    first, *others = dict.fromkeys(reasons)
+    more = f" (and {plural(len(others), 'other reason')})" if others else ""
+    raise OrtBenchError(f"no cell can run: {first}{more}")
 
 
 def _shard_option(text: str) -> Shard:
@@ -177,6 +207,13 @@ def start_shard(
     return bool(todo)
 
 
+def write_run_plan(folder: Path, config: BenchConfig, todo: list[Cell] | None) -> None:
+    """Record the cells the run sets out to run, those of ``todo`` (all without it), in
+    ``plan.json``: the reports tell the cells an interrupted run never reached from it."""
+    only = None if todo is None else set(todo)
+    write_plan(folder, [vars(c) for c in cells(config) if only is None or c in only])
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the matrix and write its reports; 1 when a cell failed or was unstable (0 with
     ``--keep-going``), 130 when interrupted."""
@@ -189,11 +226,13 @@ def run(args: argparse.Namespace) -> int:
             "device its libraries load on"
         )
     todo = shard_todo(args, config)
+    check_some_cell_runs(config)
     folder = create_run_folder(args.out, run_id_now())
     start = time.perf_counter()
     print(f"ortbench bench: writing {folder}", file=sys.stderr)
     if not start_shard(args, folder, config, todo):
         return 0
+    write_run_plan(folder, config, todo)
     try:
         writer = ResultsWriter(folder)
         write_calibration(folder, config.repeat)
@@ -201,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
         run_matrix(config, writer, folder.name, shown.cell, todo, shown.stage)
         write_calibration(folder, config.repeat)
     except KeyboardInterrupt:
+        mark_interrupted(folder)
         if (folder / RESULTS_CSV).exists():
             write_reports(folder)
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
@@ -242,9 +282,27 @@ def add_own_model_options(parser: argparse.ArgumentParser) -> None:
                      "classifier, else squared_error)")  # fmt: skip
 
 
+def add_bench_only_options(parser: argparse.ArgumentParser, shown: bool = True) -> None:
+    """--baseline and --keep-going, which ``bench`` honours; ``ab`` takes them unshown
+    (``shown`` False: not in its help) to refuse them in one line."""
+
+    def shown_as(text: str) -> str:
+        return text if shown else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--baseline", metavar="NAME", help=shown_as("the contender speed-ups are against")
+    )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help=shown_as("exit 0 even when cells failed or were unstable (default: exit 1)"),
+    )
+
+
 def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``bench``; return the parser of the options that choose the matrix, which
-    ``bench`` and ``ab`` share (each adds its own ``--epochs`` and ``--repeat``)."""
+    ``bench`` and ``ab`` share (each adds its own ``--epochs`` and ``--repeat``, and
+    :func:`add_bench_only_options`)."""
     matrix = argparse.ArgumentParser(add_help=False)
     matrix.add_argument(
         "--quick",
@@ -289,7 +347,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--n-samples", type=at_least(MIN_SAMPLES), metavar="N", help="rows of each data set"
     )
     matrix.add_argument("--n-features", type=count, metavar="N", help="features of generated data")
-    matrix.add_argument("--baseline", metavar="NAME", help="the contender speed-ups are against")
     add_own_model_options(matrix)
     sharding = matrix.add_argument_group("one matrix over several machines")
     sharding.add_argument(
@@ -306,11 +363,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "on their number)",
     )
     matrix.add_argument("--out", default="reports", help="parent folder of the run folder")
-    matrix.add_argument(
-        "--keep-going",
-        action="store_true",
-        help="exit 0 even when cells failed or were unstable (default: exit 1)",
-    )
     bench = commands.add_parser(
         "bench",
         parents=[matrix],
@@ -329,5 +381,6 @@ def add(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         type=count,
         help=f"timing rounds per cell, a short and a long fit each (default {BenchConfig.repeat})",
     )
+    add_bench_only_options(bench)
     bench.set_defaults(func=run)
     return matrix

@@ -24,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
         usable_file(args.out)
     if args.html:
         usable_file(args.html, "--html")
+    if args.out and args.html and Path(args.out).resolve() == Path(args.html).resolve():
+        raise OrtBenchError(f"--out and --html name the same file {args.out}: give two files")
     for path in (args.base, args.head):
         refuse_ab_run(path, "compare two ortbench bench run folders or two asv result files")
     comparison = compare(

@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..bench.checkouts import DEFAULT_CACHE
-from ..bench.contenders import CONTENDERS, Unavailable, make_contender
+from ..bench.contenders import CONTENDERS, unavailable_reason
 from ..bench.datasets import DATASETS
 from ..bench.instructions import client_library
 from ..bench.matrix import DEVICES, BenchConfig, run_id_now
@@ -30,10 +30,13 @@ from . import EXIT_INTERRUPTED, RUNTIME_COMMANDS
 from .bench import add_own_model_options
 from .options import count, fraction
 
+#: The problem profiled without --problem (nor --model).
+DEFAULT_PROBLEM = "mlp"
+
 
 def _request(args: argparse.Namespace) -> ProfileRequest:
     """What to profile: the user's model and data, or a problem (sized by ``--hidden``)."""
-    problem = args.problem
+    problem = args.problem or DEFAULT_PROBLEM
     dataset = args.dataset or (default_datasets((problem,)) or BenchConfig.datasets)[0]
     user = UserFiles.from_options(args)
     if user is not None:
@@ -66,19 +69,11 @@ def run(args: argparse.Namespace) -> int:
             f"unknown contender {args.contender!r}: expected one of {list(CONTENDERS)}"
         )
     request = _request(args)
-    try:
-        make_contender(
-            args.contender,
-            make_problem(
-                request.problem,
-                request.dataset,
-                **batch_data_sizes(request.problem, request.dataset, args.batch_size),
-            ),
-            args.batch_size,
-            args.device,
-        )
-    except Unavailable as e:
-        raise OrtBenchError(f"{args.contender} cannot run this cell: {e}") from None
+    sizes = batch_data_sizes(request.problem, request.dataset, args.batch_size)
+    problem = make_problem(request.problem, request.dataset, **sizes)
+    reason = unavailable_reason(args.contender, problem, args.batch_size, args.device)
+    if reason is not None:
+        raise OrtBenchError(f"{args.contender} cannot run this cell: {reason}")
     folder = create_run_folder(args.out, run_id_now())
     print(f"ortbench profile: writing {folder}", file=sys.stderr)
     try:
@@ -109,7 +104,7 @@ def add(commands: argparse._SubParsersAction) -> None:
         "onnxruntime's profiler; write OUT/<run-id>/profile-CONTENDER/ and index.html.",
     )
     parser.add_argument("contender", metavar="CONTENDER", help=f"of {', '.join(CONTENDERS)}")
-    parser.add_argument("--problem", default="mlp", choices=PROBLEMS)
+    parser.add_argument("--problem", choices=PROBLEMS, help=f"default {DEFAULT_PROBLEM}")
     parser.add_argument("--hidden", metavar="H1,H2", help="the MLP's hidden layers: 256,128")
     parser.add_argument(
         "--dataset",

@@ -20,6 +20,7 @@ from .verdicts import (
     IMPROVED,
     ORDER,
     REGRESSED,
+    SAME_RUN,
     UNCHANGED,
     WARNING,
     Comparison,
@@ -72,6 +73,7 @@ def comparison_html(comparison: Comparison) -> str:
     parts = [
         f"<h2>{headline}: {html.escape(tally)}</h2>",
         f"<p>BASE: {html.escape(comparison.base)}<br>HEAD: {html.escape(comparison.head)}</p>",
+        f"<p>{SAME_RUN}</p>" if comparison.same_run else "",
         f"<p>A slowdown counts when it is statistically significant and beyond "
         f"{comparison.threshold:.0%} (beyond {comparison.warn:.0%} it warns), a speed-up "
         f"when significant and beyond {comparison.warn:.0%}; counters regress at any "

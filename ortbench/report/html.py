@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..schema import RESULTS_CSV
 from . import profile_page
 from .plots import write_plots
 from .resultsets import ResultSet, load_result_set
 from .scaling import write_scaling_plot
 from .summary import (
+    BAD_ROWS_TITLE,
     METHOD_TITLE,
     NOT_MEASURED_TITLE,
     SUMMARY_MD,
@@ -194,12 +194,12 @@ def write_index(run: str | Path | ResultSet) -> Path:
     summary = None
     if results is not None and not results.empty:
         write_summary(run)
-        summary = bench_summary(results, run_plots(run_dir, results))
+        summary = bench_summary(results, run_plots(run_dir, results), run.plan)
         sections += _bench_sections(summary)
         commands.append("bench")
     if results is not None and results.attrs.get("bad_rows"):
         rows = "".join(f"<li>{html.escape(str(row))}</li>" for row in results.attrs["bad_rows"])
-        sections.append(_section(f"Bad rows of {RESULTS_CSV}, left out", f"<ul>{rows}</ul>"))
+        sections.append(_section(BAD_ROWS_TITLE, f"<ul>{rows}</ul>"))
     profiles = sorted(p for p in run_dir.glob("profile-*") if p.is_dir())
     for folder in profiles:
         sections.append(
@@ -212,6 +212,7 @@ def write_index(run: str | Path | ResultSet) -> Path:
     if not sections:
         sections.append("<p>This folder holds no ortbench results or profiles yet.</p>")
     title = f"ortbench {' and '.join(commands) or 'run'}: run {_run_id(run_dir, results)}"
+    title += " (interrupted)" if summary is not None and summary.interrupted else ""
     page = html_page(title, "\n".join(sections), profile_page.STYLE)
     path = run_dir / INDEX_HTML
     path.write_text(page, encoding="utf-8")

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from ..bench.store import read_records
+from ..bench.store import read_plan, read_records
 from ..errors import OrtBenchError
 from ..schema import (
     BASE,
@@ -33,12 +33,13 @@ from ..schema import (
     PER_STEP,
     POSITIONS,
     RESULTS_CSV,
+    RESULTS_JSONL,
     SAMPLES,
     SIDE,
 )
 from .instruction_verdicts import THRESHOLD, instructions_verdict
 from .resultsets import COUNT, Measurement
-from .units import format_value
+from .units import format_value, plural
 from .verdicts import (
     FAILED,
     IMPROVED,
@@ -313,15 +314,20 @@ def ab_comparison(
     -------
     Comparison
         Counter verdicts first, then times; each group in the report's order. The times'
-        p-values are adjusted over every cell of the folder together.
+        p-values are adjusted over every cell of the folder together. Where the folder's
+        plan says a signal stopped the run, it is ``interrupted`` and names the planned
+        cells that have no row (``not_run``).
 
     Raises
     ------
     OrtBenchError
         When the folder is not an A/B run folder.
     """
+    plan = read_plan(folder)
+    stopped_early = plan is not None and not Path(folder, RESULTS_JSONL).exists()
+    records = [] if stopped_early else read_records(folder)
     by_cell: dict[str, dict[str, dict]] = {}
-    for record in read_records(folder):
+    for record in records:
         if record.get(SIDE) not in (BASE, HEAD):
             raise OrtBenchError(f"{folder} is not an ortbench ab run folder (no {SIDE} column)")
         params = ", ".join(f"{k}={record[k]}" for k in KEYS)
@@ -346,7 +352,13 @@ def ab_comparison(
             Verdict("seconds_per_step", params, before, after, verdict, test.ratio, note)
         )
     verdicts.sort(key=lambda v: (v.benchmark == "seconds_per_step", ORDER.index(v.verdict)))
-    return Comparison(*labels, threshold, warn, verdicts)
+    comparison = Comparison(*labels, threshold, warn, verdicts)
+    if plan is not None:
+        comparison.interrupted = plan.interrupted
+        comparison.not_run = [
+            ", ".join(f"{k}={cell[k]}" for k in KEYS) for cell in plan.unreached(records)
+        ]
+    return comparison
 
 
 def _table(verdicts: list[Verdict]) -> list[str]:
@@ -392,11 +404,29 @@ INSTRUCTIONS_NOTE = (
 )
 
 
+def _headline(comparison: Comparison) -> str:
+    """The report's verdict; an interrupted run's says so first, and gives no verdict of
+    "No regression": the cells it did not run could hold one."""
+    found = "Regressions found" if comparison.failing else "No regression"
+    if not comparison.interrupted:
+        return found
+    stopped = f"Interrupted, {plural(len(comparison.not_run), 'cell')} not run"
+    return f"{stopped}: regressions found" if comparison.failing else f"{stopped}: no verdict"
+
+
+def _not_run(comparison: Comparison) -> list[str]:
+    """The section naming the planned cells the run never reached."""
+    if not comparison.not_run:
+        return []
+    return ["", "### Cells not run", "", *(f"- {cell}" for cell in comparison.not_run)]
+
+
 def ab_markdown(comparison: Comparison) -> str:
-    """The A/B report: counters (exact) first, then times judged on paired ratios."""
+    """The A/B report: counters (exact) first, then times judged on paired ratios; an
+    interrupted run's heading says so, and the cells it did not run come first."""
     counts = comparison.counts()
     tally = ", ".join(f"{counts[v]} {v}" for v in ORDER if counts[v])
-    headline = "Regressions found" if comparison.failing else "No regression"
+    headline = _headline(comparison)
     counters = [v for v in comparison.verdicts if v.benchmark not in ("seconds_per_step", PER_STEP)]
     times = [v for v in comparison.verdicts if v.benchmark == "seconds_per_step"]
     counted = [v for v in comparison.verdicts if v.benchmark == PER_STEP]
@@ -407,6 +437,7 @@ def ab_markdown(comparison: Comparison) -> str:
         f"HEAD: {comparison.head}",
         "",
         f"{tally or 'nothing compared'}.",
+        *_not_run(comparison),
     ]
     if counters:
         lines += _section(

@@ -24,9 +24,12 @@ from pathlib import Path
 import pandas as pd
 
 from ..bench.store import (
+    BadRow,
+    RunPlan,
     read_calibration,
     read_checked_records,
     read_loss_curves,
+    read_plan,
     read_results,
 )
 from ..errors import OrtBenchError
@@ -36,6 +39,12 @@ from ..schema import KEYS, RESULTS_CSV, RESULTS_JSONL, SAMPLES
 COUNT = "count"
 #: The status of a cell its run was interrupted before: never measured.
 INTERRUPTED = "interrupted"
+#: What ``compare`` judges of each cell of a run folder, with its unit.
+CELL_MEASURES = (
+    ("seconds_per_step", "seconds"),
+    ("runs_per_step", COUNT),
+    ("ortvalues_per_step", COUNT),
+)
 #: What a result set is read from, as an error about any other file says.
 ACCEPTED = f": give an ortbench bench run folder (holding {RESULTS_JSONL}) or an asv result .json"
 
@@ -83,6 +92,23 @@ class ResultSet:
     left_out: set[str] = field(default_factory=set)
     #: the run folder it was read from (None for an asv result file)
     folder: Path | None = None
+    #: the bad rows that lack a key: a cell absent from this side may be one of them
+    unidentified: list[BadRow] = field(default_factory=list)
+
+    def may_hold(self, params: str) -> bool:
+        """Whether a bad row that lacks a key may be the cell of ``params``."""
+        return any(row.may_be(params) for row in self.unidentified)
+
+    @cached_property
+    def plan(self) -> RunPlan | None:
+        """The run folder's plan (``plan.json``), read at first use; None without one.
+
+        Raises
+        ------
+        OrtBenchError
+            When ``plan.json`` is malformed.
+        """
+        return None if self.folder is None else read_plan(self.folder)
 
     @cached_property
     def table(self) -> pd.DataFrame | None:
@@ -173,11 +199,7 @@ def _bench_folder(folder: Path) -> ResultSet:
         where = f"{folder / RESULTS_JSONL}, {record.get('run_id')}"
         status = record["status"]
         params = ", ".join(f"{k}={record[k]}" for k in KEYS)
-        for name, unit in (
-            ("seconds_per_step", "seconds"),
-            ("runs_per_step", COUNT),
-            ("ortvalues_per_step", COUNT),
-        ):
+        for name, unit in CELL_MEASURES:
             if status == "ok":
                 value = _number(record.get(name), f"{where}, {name}")
                 value = math.nan if value is None else value
@@ -189,6 +211,7 @@ def _bench_folder(folder: Path) -> ResultSet:
             measurements[(name, params)] = Measurement(
                 value, unit, samples, interrupted=status == INTERRUPTED
             )
+    measurements |= _not_reached(folder, records, bad)
     run = records[0].get("run_id", folder.name) if records else folder.name
     return ResultSet(
         f"run {run}",
@@ -197,7 +220,21 @@ def _bench_folder(folder: Path) -> ResultSet:
         [f"{folder / RESULTS_JSONL} {row}" for row in bad],
         {row.cell for row in bad if row.cell is not None},
         folder,
+        [row for row in bad if row.cell is None and row.known],
     )
+
+
+def _not_reached(
+    folder: Path, records: list[dict], bad: list[BadRow]
+) -> dict[tuple[str, str], Measurement]:
+    """The measurements of the planned cells a run never reached (see
+    :meth:`~ortbench.bench.store.RunPlan.unreached`): not run, as an interrupted cell."""
+    plan = read_plan(folder)
+    return {
+        (name, ", ".join(f"{k}={cell[k]}" for k in KEYS)): Measurement(None, unit, interrupted=True)
+        for cell in ([] if plan is None else plan.unreached(records, bad))
+        for name, unit in CELL_MEASURES
+    }
 
 
 def _column(columns: dict, name: str, n: int, where: str) -> list:

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..bench.store import RunPlan
 from ..bench.timing import MIN_EXTRA_SECONDS, SHORT_EPOCHS
 from ..errors import OrtBenchError
-from ..schema import BASELINE, RESULTS_CSV, builtin_task
+from ..schema import BASELINE, NOT_RUN, RESULTS_CSV, builtin_task
 from .baselines import baseline_times, group_baseline
 from .plots import PLOT_CAPTIONS
-from .resultsets import ResultSet, load_result_set
+from .resultsets import INTERRUPTED, ResultSet, load_result_set
 from .scaling import SCALING_CAPTION, SCALING_PNG, has_model_sizes
 from .units import format_seconds, plural, round_range, round_to_noise
 from .verdicts import escape_cell
@@ -33,6 +34,8 @@ SCORE_NAMES = {
 #: unstable or interrupted), and its columns.
 NOT_MEASURED_TITLE = "Cells without a measurement"
 NOT_RUN_COLUMNS = ("contender", "problem", "dataset", "batch size", "device", "status")
+#: The section naming the rows of ``results.csv`` that no report uses.
+BAD_ROWS_TITLE = f"Bad rows of {RESULTS_CSV}, left out"
 #: The fixed cost per fit of a cell whose estimate came out below 0: the noise of the
 #: fits outweighed what a fit pays once (results.csv keeps the estimate).
 NEGATIVE_FIXED_COST = "< 0 (noise)"
@@ -75,6 +78,10 @@ class BenchSummary:
     plots: list[Plot]
     method: str
     machine: str
+    #: a signal stopped the run before it finished
+    interrupted: bool = False
+    #: the rows of ``results.csv`` left out (see :func:`ortbench.bench.store.read_results`)
+    bad_rows: list[str] = field(default_factory=list)
 
 
 def format_speedup(ratio: float) -> str:
@@ -251,15 +258,52 @@ def kernel_lines(results: pd.DataFrame) -> list[str]:
     return lines
 
 
-def bench_summary(results: pd.DataFrame, plots: list[Plot] | None = None) -> BenchSummary:
+def _not_run_table(results: pd.DataFrame, unreached: list[dict], why: str) -> Table | None:
+    """The cells without a measurement: the rows not ``ok``, then the planned cells the
+    run never reached (their status ``not run``, then ``why``)."""
+    other = results[results.status != "ok"]
+    if other.empty and not unreached:
+        return None
+    rows = [
+        [r.contender, r.problem, r.dataset, str(r.batch_size), r.device, r.status]
+        for r in other.itertuples()
+    ]
+    rows += [
+        [c["contender"], c["problem"], c["dataset"], str(c["batch_size"]), c["device"], why]
+        for c in unreached
+    ]
+    return Table(list(NOT_RUN_COLUMNS), [False, False, False, True, False, False], rows)
+
+
+def _stopped(interrupted: bool, not_run: int, plan: RunPlan | None) -> str:
+    """The lead's first sentence on a run that did not finish (``not_run``: its cells
+    interrupted or never reached); "" for one that did."""
+    if not interrupted and not not_run:
+        return ""
+    if plan is None:
+        return f"Interrupted: the cells it did not finish are under {NOT_MEASURED_TITLE}. "
+    what = "Interrupted" if interrupted else "Incomplete"
+    return (
+        f"{what}: {not_run} of the {plural(len(plan.cells), 'planned cell')} were not "
+        f"run (see {NOT_MEASURED_TITLE}). "
+    )
+
+
+def bench_summary(
+    results: pd.DataFrame, plots: list[Plot] | None = None, plan: RunPlan | None = None
+) -> BenchSummary:
     """What a bench run found, from its results table.
 
     Parameters
     ----------
     results : DataFrame
-        ``results.csv`` of one run.
+        ``results.csv`` of one run (its bad rows in ``attrs['bad_rows']``, as
+        :func:`ortbench.bench.store.read_results` reads it).
     plots : list of Plot, optional
         The plots shown after the tables (see :func:`run_plots`).
+    plan : RunPlan, optional
+        The run's plan: its planned cells without a row are listed as not run, and the
+        title and lead say when a signal stopped the run.
 
     Returns
     -------
@@ -275,14 +319,11 @@ def bench_summary(results: pd.DataFrame, plots: list[Plot] | None = None) -> Ben
     ]
     baselines = list(dict.fromkeys(b for _, rows in groups if (b := group_baseline(rows))))
     against = baselines[0] if len(baselines) == 1 else "each section's baseline"
-    other = results[results.status != "ok"]
-    not_run = None
-    if len(other):
-        not_run = Table(list(NOT_RUN_COLUMNS), [False, False, False, True, False, False])
-        not_run.rows = [
-            [r.contender, r.problem, r.dataset, str(r.batch_size), r.device, r.status]
-            for r in other.itertuples()
-        ]
+    bad_rows = results.attrs.get("bad_rows", [])
+    unreached = [] if plan is None else plan.unreached(results.to_dict("records"), bad_rows)
+    cut = int((results.status == INTERRUPTED).sum())
+    interrupted = (plan is not None and plan.interrupted) or cut > 0
+    why = f"{NOT_RUN}: {INTERRUPTED}" if interrupted else NOT_RUN
     machine = (
         f"Machine: {first.cpu_model}, {plural(first.cpu_cores, 'core')}, "
         f"{plural(first.cpu_threads, 'thread')} "
@@ -292,8 +333,9 @@ def bench_summary(results: pd.DataFrame, plots: list[Plot] | None = None) -> Ben
     )
     machine = "\n\n".join([machine, *kernel_lines(results)])
     return BenchSummary(
-        title=f"ortbench bench: run {first.run_id}",
-        lead=(
+        title=f"ortbench bench: run {first.run_id}{' (interrupted)' if interrupted else ''}",
+        lead=_stopped(interrupted, cut + len(unreached), plan)
+        + (
             "Time per training step of each contender, median of "
             f"{plural(first['repeat'], 'timed round')}, and its speed-up over {against} at "
             "the same batch size."
@@ -301,10 +343,12 @@ def bench_summary(results: pd.DataFrame, plots: list[Plot] | None = None) -> Ben
             else "No cell finished."
         ),
         sections=sections,
-        not_run=not_run,
+        not_run=_not_run_table(results, unreached, why),
         plots=plots or [],
         method=_method(first, baselines),
         machine=machine,
+        interrupted=interrupted,
+        bad_rows=[str(row) for row in bad_rows],
     )
 
 
@@ -317,11 +361,13 @@ def _markdown_table(table: Table) -> list[str]:
     ]
 
 
-def summary_markdown(results: pd.DataFrame, plots: list[Plot] | None = None) -> str:
+def summary_markdown(
+    results: pd.DataFrame, plots: list[Plot] | None = None, plan: RunPlan | None = None
+) -> str:
     """``summary.md``: :func:`bench_summary` as markdown, in the page's order."""
     if results.empty:
         return "# ortbench bench\n\nNo cell finished.\n"
-    summary = bench_summary(results, plots)
+    summary = bench_summary(results, plots, plan)
     lines = [f"# {summary.title}", "", summary.lead]
     if summary.sections:
         lines.append("")
@@ -330,6 +376,8 @@ def summary_markdown(results: pd.DataFrame, plots: list[Plot] | None = None) -> 
         lines += ["", f"## {section.title}", "", *_markdown_table(section.table)]
     if summary.not_run:
         lines += ["", f"## {NOT_MEASURED_TITLE}", "", *_markdown_table(summary.not_run)]
+    if summary.bad_rows:
+        lines += ["", f"## {BAD_ROWS_TITLE}", "", *(f"- {row}" for row in summary.bad_rows)]
     if summary.plots:
         lines += ["", "## Plots"]
         for plot in summary.plots:
@@ -370,6 +418,6 @@ def write_summary(run: str | Path | ResultSet) -> str:
         raise OrtBenchError(
             f"{run.folder} holds no {RESULTS_CSV}: not an ortbench bench run folder"
         )
-    text = summary_markdown(run.table, run_plots(run.folder, run.table))
+    text = summary_markdown(run.table, run_plots(run.folder, run.table), run.plan)
     (run.folder / SUMMARY_MD).write_text(text, encoding="utf-8")
     return text

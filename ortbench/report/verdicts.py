@@ -26,8 +26,10 @@ verdicts are indicative, and ``ortbench ab`` (both sides timed together) is the 
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .drift import DRIFT, Drift, measure_drift
 from .resultsets import INTERRUPTED, Measurement, ResultSet
@@ -41,6 +43,8 @@ NOT_SIGNIFICANT = "not significant"
 IMPROVED = "improved"
 MISSING = "missing"
 UNCHANGED = "unchanged"
+#: The line of a report whose BASE and HEAD are one run folder.
+SAME_RUN = "BASE and HEAD are the same run folder: the run is compared with itself."
 #: Report order: what needs attention first.
 ORDER = (FAILED, REGRESSED, DRIFT, WARNING, NOT_SIGNIFICANT, IMPROVED, MISSING, UNCHANGED)
 
@@ -71,6 +75,12 @@ class Comparison:
     drift: Drift | None = None
     #: rows of either side left out, never judged (one line each, file and line number)
     bad_rows: list[str] = field(default_factory=list)
+    #: BASE and HEAD are one run folder: a run compared with itself
+    same_run: bool = False
+    #: a signal stopped the run (an A/B run: its ``plan.json`` says so)
+    interrupted: bool = False
+    #: the planned cells the run never reached, ``key=value, ...`` each (an A/B run)
+    not_run: list[str] = field(default_factory=list)
 
     def counts(self) -> Counter:
         return Counter(v.verdict for v in self.verdicts)
@@ -148,6 +158,8 @@ def judge_one_side(before: Measurement | None, after: Measurement | None) -> tup
         return FAILED, None, "absent from HEAD"
     if after.failed:
         return FAILED, None, "errored in HEAD, absent from BASE"
+    if after.interrupted:
+        return MISSING, None, "not run: interrupted in HEAD, absent from BASE"
     return MISSING, None, "only in HEAD"
 
 
@@ -178,7 +190,7 @@ def compare(
         if key[1] in left_out:
             continue
         before, after = base.measurements.get(key), head.measurements.get(key)
-        if _left_out(before, after):
+        if _left_out(before, after) or _may_be_bad(key[1], before, after, base, head):
             continue
         if before is None or after is None:
             verdicts.append(Verdict(*key, before, after, *judge_one_side(before, after)))
@@ -197,7 +209,25 @@ def compare(
     # counters are exact: their verdicts come first, then the timings'
     verdicts.sort(key=lambda v: (not (v.before or v.after).counter, ORDER.index(v.verdict)))
     bad_rows = base.bad_rows + head.bad_rows
-    return Comparison(base.label, head.label, threshold, warn, verdicts, drift, bad_rows)
+    same = _same_folder(base.folder, head.folder)
+    return Comparison(base.label, head.label, threshold, warn, verdicts, drift, bad_rows, same)
+
+
+def _may_be_bad(
+    params: str,
+    before: Measurement | None,
+    after: Measurement | None,
+    base: ResultSet,
+    head: ResultSet,
+) -> bool:
+    """Whether a side lacks the pair and a bad row of that side that lacks a key may be
+    its cell: not judged, as the cell of a bad row that has every key."""
+    return (after is None and head.may_hold(params)) or (before is None and base.may_hold(params))
+
+
+def _same_folder(base: Path | None, head: Path | None) -> bool:
+    """Whether BASE and HEAD were read from one run folder."""
+    return base is not None and head is not None and os.path.samefile(base, head)
 
 
 def measurement_text(m: Measurement | None) -> str:
@@ -234,11 +264,13 @@ def comparison_markdown(comparison: Comparison) -> str:
     headline = "Regressions found" if comparison.failing else "No regression"
     drift = comparison.drift
     lines = [drift.describe()] if drift is not None and drift.moved else []
+    same = ["", SAME_RUN] if comparison.same_run else []
     lines += [
         f"## Benchmarks: {headline}",
         "",
         f"BASE: {comparison.base}  ",
         f"HEAD: {comparison.head}",
+        *same,
         "",
         f"{tally or 'nothing compared'}.",
         "",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...schema import BASELINE
 from ...training import OrtBenchError
-from ..problems import Problem
+from ..problems import Problem, batch_too_large
 from .base import Contender, Unavailable
 from .jax_numpy import JaxNesterov, JaxScan, JaxSGD
 from .ort import (
@@ -50,4 +50,38 @@ def make_contender(
     return CONTENDERS[name](problem, batch_size, device, shuffle=shuffle)
 
 
-__all__ = ["BASELINE", "CONTENDERS", "Contender", "Unavailable", "make_contender"]
+def unavailable_reason(name: str, problem: Problem, batch_size: int, device: str) -> str | None:
+    """Why contender ``name`` cannot run the cell, found before anything trains: a batch
+    size too large for the problem's training rows
+    (:func:`~ortbench.bench.problems.batch_too_large`), or the contender's own reason
+    (:meth:`Contender.unavailable`); None when it can.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`CONTENDERS`.
+    problem : Problem
+        The cell's problem, on the data the cell trains on.
+    batch_size : int
+        The cell's batch size.
+    device : str
+        The cell's device.
+
+    Returns
+    -------
+    str or None
+        One line, what the cell's row says after ``unavailable:``.
+    """
+    return batch_too_large(problem, batch_size) or CONTENDERS[name].unavailable(
+        problem, batch_size, device
+    )
+
+
+__all__ = [
+    "BASELINE",
+    "CONTENDERS",
+    "Contender",
+    "Unavailable",
+    "make_contender",
+    "unavailable_reason",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import math
 import re
 import warnings
 
@@ -71,6 +72,8 @@ class SklearnMLP(Contender):
         data = self.problem.data
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
+            # a signal that cuts the fit: the run notices it itself (.interruption)
+            warnings.filterwarnings("ignore", "Training interrupted by user", UserWarning)
             self.model.set_params(max_iter=epochs).fit(data.X_train, data.y_train, data.w_train)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
@@ -89,6 +92,31 @@ class SklearnMLPNesterov(SklearnMLP):
 
 
 _EPOCH_LOSS = re.compile(r"Avg\. loss: (\S+?),")
+#: Decimals of the epoch losses SGDRegressor prints ("%f"), and the significant digits a
+#: printed loss needs to be reported: one below 1e-4 is left blank (NaN), not rounded.
+_PRINTED_DECIMALS, _SIGNIFICANT_DIGITS = 6, 3
+_SMALLEST_READ = 10.0 ** (_SIGNIFICANT_DIGITS - 1 - _PRINTED_DECIMALS)
+
+
+def _printed_losses(printout: str, weighted: bool) -> list[float]:
+    """The epoch losses of SGDRegressor's verbose printout, NaN where it cannot tell them.
+
+    Parameters
+    ----------
+    printout : str
+        What ``SGDRegressor(verbose=1).fit`` printed.
+    weighted : bool
+        Whether the fit had sample weights: the printout's mean is then unweighted, not
+        the weighted mean the other contenders report, and every loss is NaN.
+
+    Returns
+    -------
+    list of float
+        One loss per epoch; NaN for one printed with fewer than
+        ``_SIGNIFICANT_DIGITS`` significant digits (below ``_SMALLEST_READ``).
+    """
+    values = [float(v) for v in _EPOCH_LOSS.findall(printout)]
+    return [v if v >= _SMALLEST_READ and not weighted else math.nan for v in values]
 
 
 class SklearnSGD(Contender):
@@ -123,8 +151,8 @@ class SklearnSGD(Contender):
             random_state=problem.seed,
             verbose=1,
         )
-        # SGDRegressor prints each epoch's mean loss (0.5 * (p - y)^2 before each update)
-        # and keeps no loss curve: read it from there.
+        # SGDRegressor prints each epoch's mean loss (0.5 * (p - y)^2 before each update,
+        # to 6 decimals, unweighted) and keeps no loss curve: read it from there.
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             self.model.fit(
@@ -135,7 +163,7 @@ class SklearnSGD(Contender):
                 sample_weight=data.w_train,
             )
         self.model.set_params(verbose=0, warm_start=True)
-        losses = [float(v) for v in _EPOCH_LOSS.findall(printed.getvalue())]
+        losses = _printed_losses(printed.getvalue(), data.w_train is not None)
         if len(losses) != epochs:
             raise RuntimeError("could not read SGDRegressor's epoch losses from its verbose output")
         return losses
