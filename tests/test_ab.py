@@ -33,7 +33,7 @@ from ortbench.bench.ab import (
 from ortbench.bench.checkouts import Checkout, mismatched_pins
 from ortbench.bench.machine import machine, versions
 from ortbench.bench.matrix import BenchConfig
-from ortbench.bench.store import COLUMNS, KEYS, ResultsWriter, read_records
+from ortbench.bench.store import COLUMNS, KEYS, ResultsWriter, read_records, write_plan
 from ortbench.bench.timing import MIN_EXTRA_SECONDS, SHORT_EPOCHS
 from ortbench.cli import main
 from ortbench.report.paired import (
@@ -130,6 +130,25 @@ def test_timed_fits_alternate_a_b_b_a_within_each_cell(tmp_path):
         assert len(record["seconds_per_step_samples"]) == AB_REPEAT
         # each side holds every other place of its cell's order of fits
         assert len(set(record["fit_positions"])) == AB_REPEAT
+
+
+def test_a_signal_after_the_last_cell_leaves_the_verdict(tmp_path):
+    """plan.json marked interrupted with every planned cell measured (the signal came
+    while the run wrote its files): ab.md gives its verdict; one cell short, it does not."""
+    fake_run(tmp_path, 2.0)
+    cells = [{k: r[k] for k in KEYS} for r in read_records(tmp_path) if r[SIDE] == BASE]
+    write_plan(tmp_path, cells, interrupted=True)
+    comparison = ab_comparison(tmp_path)
+    assert not comparison.interrupted and comparison.not_run == []
+    assert "Interrupted" not in ab_markdown(comparison).splitlines()[0]
+    write_plan(tmp_path, [*cells, {**cells[0], "batch_size": 64}], interrupted=True)
+    comparison = ab_comparison(tmp_path)
+    assert comparison.interrupted and len(comparison.not_run) == 1
+    assert (
+        ab_markdown(comparison)
+        .splitlines()[0]
+        .startswith("## A/B benchmarks: Interrupted, 1 cell not run")
+    )
 
 
 def test_pairing_cancels_a_drift_of_the_machine(tmp_path):

@@ -393,11 +393,13 @@ def test_an_interrupted_run_says_so_and_lists_the_cells_it_never_reached(tmp_pat
         "were not run"
     )
     assert "| ort-fwbw | mlp | make_regression | 256 | cpu | interrupted |" in text
-    # a run that finished every cell it planned reads as it always did
-    finished = _interrupted_run(tmp_path / "finished", reached=4, interrupted=False)
-    text = write_summary(finished)
-    assert text.startswith("# ortbench bench: run r1\n\nTime per training step")
-    assert "not run" not in text and "Interrupted" not in text
+    # a run that finished every cell it planned reads as it always did, also where the
+    # signal came after its last cell (while it wrote its files)
+    for late in (False, True):
+        finished = _interrupted_run(tmp_path / f"finished-{late}", reached=4, interrupted=late)
+        text = write_summary(finished)
+        assert text.startswith("# ortbench bench: run r1\n\nTime per training step")
+        assert "not run" not in text and "Interrupted" not in text
 
 
 #: The classes of a row's cells in the table of cells without a measurement.

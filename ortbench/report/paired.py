@@ -354,10 +354,11 @@ def ab_comparison(
     verdicts.sort(key=lambda v: (v.benchmark == "seconds_per_step", ORDER.index(v.verdict)))
     comparison = Comparison(*labels, threshold, warn, verdicts)
     if plan is not None:
-        comparison.interrupted = plan.interrupted
         comparison.not_run = [
             ", ".join(f"{k}={cell[k]}" for k in KEYS) for cell in plan.unreached(records)
         ]
+        # a signal after the last cell (while the run wrote its files) cut nothing short
+        comparison.interrupted = plan.interrupted and bool(comparison.not_run)
     return comparison
 
 

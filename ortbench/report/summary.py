@@ -322,7 +322,8 @@ def bench_summary(
     bad_rows = results.attrs.get("bad_rows", [])
     unreached = [] if plan is None else plan.unreached(results.to_dict("records"), bad_rows)
     cut = int((results.status == INTERRUPTED).sum())
-    interrupted = (plan is not None and plan.interrupted) or cut > 0
+    # a signal after the last cell (while the run wrote its files) left nothing unmeasured
+    interrupted = cut > 0 or (plan is not None and plan.interrupted and bool(unreached))
     why = f"{NOT_RUN}: {INTERRUPTED}" if interrupted else NOT_RUN
     machine = (
         f"Machine: {first.cpu_model}, {plural(first.cpu_cores, 'core')}, "
