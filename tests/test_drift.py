@@ -74,6 +74,7 @@ def test_a_machine_slowed_down_everywhere_is_not_a_regression(tmp_path, capsys):
     status, report = compare(tmp_path, base, head, capsys)
     assert status == 0
     assert report.splitlines()[0].startswith("**Machine drift: the calibration ran 1.3")
+    assert report.count("the calibration ran") == 1  # said once, first
     assert "\n9 unchanged.\n" in report
     # the same runs without their calibration regress everywhere
     for folder in (base, head):

@@ -181,6 +181,13 @@ def test_every_rule_is_tested():
     assert {c[0] for c in CASES} == set(RULES)
 
 
+def test_the_readme_counts_the_rules():
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    assert f"{len(RULES)} operators with their reverse-mode rules" in readme
+
+
 @pytest.mark.training_build
 @pytest.mark.parametrize("activation", ["relu", "tanh", "logistic"])
 def test_mlp_regressor_gradients_equal_onnxruntime_training(activation, regression):

@@ -177,6 +177,8 @@ def test_an_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx, tmp_path):
     # a window of the last two epochs
     text = steps_markdown({"FullTrainer_epoch_loop": runs[1:]}, 2 * per_epoch, 1e6, 1.0)
     assert f", {1 / per_epoch:g} onnxruntime runs per step" in text
+    one = steps_markdown({"FullTrainer_epoch_loop": runs[1:]}, 2, 1e6, 1.0)
+    assert "2 steps after warm-up, 1 onnxruntime run per step." in one
     # the Scan's row holds its own time: no node time is counted twice
     table = ort_profile.operator_table([trace], {"FullTrainer_epoch_loop": 1})
     assert table.total_us.sum() <= sum(runs[1:])

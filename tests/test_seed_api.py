@@ -805,3 +805,11 @@ def test_full_trainer_trains_a_classifier_that_outputs_its_loss(zipmap):
     for name, value in weights_of(added).items():
         np.testing.assert_allclose(weights_of(own)[name], value, rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(own.predict(X), added.predict(X))
+
+
+def test_the_docs_count_the_named_graphs():
+    from ortbench.training.seed import get_supported_functions
+
+    docs = os.path.join(os.path.dirname(EXAMPLES), "..", "docs", "seed_api.md")
+    with open(docs, encoding="utf-8") as f:
+        assert f"the seed's {len(get_supported_functions())} named graphs" in f.read()

@@ -49,6 +49,7 @@ if runtime_problem() is None:  # the full class needs onnxruntime's training bui
         add_loss_output(onx), weights, learning_rate=1e-2, max_iter=MAX_ITER
     ).fit(X_train, y_train.reshape(-1, 1))
     curves["full"] = full.train_losses_
+    trained["full"] = full.get_trained_onnx(model=onx)  # the weights, without the loss
 
 errors = {"scikit-learn": mean_squared_error(y_test, reference.predict(X_test))}
 for name, model in trained.items():

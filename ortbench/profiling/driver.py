@@ -31,6 +31,7 @@ from ..bench.problems import batch_data_sizes, make_problem
 from ..bench.timing import SHORT_EPOCHS
 from ..bench.user_model import UserFiles
 from ..errors import OrtBenchError
+from ..report.units import plural
 from ..schema import EPOCH_LOOP, PER_STEP, PROFILE_JSON
 from ..training.runtime.sessions import profiled_sessions
 from . import ort_profile, pyspy
@@ -256,7 +257,8 @@ def _runtime_profile(
         ort_profile.markdown_table(table),
     ]
     (folder / "operators.md").write_text("\n".join(text) + "\n", encoding="utf-8")
-    return f"onnxruntime: {len(files)} session profiles in onnxruntime/ (open them in Perfetto)"
+    profiles, them = plural(len(files), "session profile"), "it" if len(files) == 1 else "them"
+    return f"onnxruntime: {profiles} in onnxruntime/ (open {them} in Perfetto)"
 
 
 def _instruction_profile(

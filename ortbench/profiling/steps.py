@@ -49,10 +49,11 @@ def steps_markdown(
     phases = phase_times(run_times, steps)
     inside = sum(phases.values())
     runs = sum(len(d) for label, d in run_times.items() if label in PHASES) / steps
+    per_step = f"{runs:g} onnxruntime {'run' if runs == 1 else 'runs'} per step"
     lines = [
         "# Where a step goes",
         "",
-        f"{steps} steps after warm-up, {runs:g} onnxruntime runs per step. Under "
+        f"{steps} steps after warm-up, {per_step}. Under "
         f"onnxruntime's profiler a step took {step_us:.1f} µs (wall time), the same steps "
         f"without it {plain_step_us:.1f} µs: the profiler's per-node records inflate the runs, so read "
         "the shares. Data are staged as OrtValues once per fit (no per-step copy); the "

@@ -257,6 +257,14 @@ def _line(v: Verdict) -> str:
     )
 
 
+def _drift_method(drift: Drift | None) -> str:
+    """The method's line on the machine's drift (a drift that moved the times is the
+    report's first line instead)."""
+    if drift is None:
+        return "No calibration on both sides: machine drift not checked."
+    return "Machine drift: see the first line." if drift.moved else drift.describe()
+
+
 def comparison_markdown(comparison: Comparison) -> str:
     """A report that reads as a pull-request comment and as a CI artifact."""
     counts = comparison.counts()
@@ -285,9 +293,7 @@ def comparison_markdown(comparison: Comparison) -> str:
         f"beyond {comparison.warn:.0%}, improvements significant speed-ups beyond "
         f"{comparison.warn:.0%}. Counters regress at any increase. Ratio: HEAD / BASE.",
         "",
-        "No calibration on both sides: machine drift not checked."
-        if drift is None
-        else drift.describe(),
+        _drift_method(drift),
     ]
     header = [
         "| verdict | benchmark | parameters | BASE | HEAD | ratio |",
