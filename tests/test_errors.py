@@ -17,6 +17,7 @@ from ortbench.training import (
     FullTrainer,
     LearningRateSGD,
     LearningRateSGDNesterov,
+    NoGradientError,
     OrtBenchError,
     onnx_derivative,
 )
@@ -215,6 +216,85 @@ def test_classifier_behind_a_zipmap_with_a_regression_loss(trainer, backend):
     loss = loss or {"learning_loss": SquareLearningLoss()}
     with raises_one_line("y has 1 columns, the model outputs 2: the model is a classifier"):
         trainer(onx, max_iter=1, backend=backend, **loss).fit(X, y)
+
+
+def _graph(nodes, weights: dict, opset: int = 17) -> onnx.ModelProto:
+    """X (n, 6) through ``nodes`` to Y (n, 1), over float ``weights``."""
+    from onnx import TensorProto, numpy_helper
+
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 6])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", 1])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in weights.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _training_forms() -> dict[str, onnx.ModelProto]:
+    rng = np.random.RandomState(0)
+    w1, w2 = rng.randn(6, 8).astype(np.float32), rng.randn(8, 1).astype(np.float32)
+    dropout = _graph(
+        [
+            helper.make_node("MatMul", ["X", "W1"], ["h"]),
+            helper.make_node("Dropout", ["h", "ratio", "on"], ["d"], name="drop"),
+            helper.make_node("MatMul", ["d", "W2"], ["Y"]),
+        ],
+        {"W1": w1, "W2": w2, "ratio": np.float32(0.5), "on": np.bool_(True)},
+    )
+    stats = {k: np.full(8, v, np.float32) for k, v in (("s", 1), ("b", 0), ("m", 0), ("v", 1))}
+    batch_norm = _graph(
+        [
+            helper.make_node("MatMul", ["X", "W1"], ["h"]),
+            helper.make_node(
+                "BatchNormalization", ["h", "s", "b", "m", "v"], ["n"], name="bn", training_mode=1
+            ),
+            helper.make_node("MatMul", ["n", "W2"], ["Y"]),
+        ],
+        {"W1": w1, "W2": w2, **stats},
+    )
+    return {"Dropout": dropout, "BatchNormalization": batch_norm}
+
+
+@pytest.mark.parametrize("backend", [pytest.param("ort-training", marks=TRAINING), "portable"])
+@pytest.mark.parametrize("op", ["Dropout", "BatchNormalization"])
+def test_training_forms_are_refused_by_both_backends(trainer, backend, op, regression):
+    """Random masks, or each batch's statistics with the padded rows in them, would train
+    silently (the training build's builder differentiates both): both backends refuse."""
+    X = np.random.RandomState(1).randn(40, 6).astype(np.float32)
+    y = X[:, :1].copy()
+    with raises_one_line(f"gradient for {op} in training form .*only the inference form"):
+        trainer(_training_forms()[op], max_iter=1, backend=backend).fit(X, y)
+
+
+@TRAINING
+def test_a_gradient_kernel_the_training_build_lacks_is_named(trainer):
+    """The builder writes ConvTransposeGrad, which the CPU build has no kernel for: the
+    session's raw NOT_IMPLEMENTED (with a source path) becomes one line naming the node."""
+    rng = np.random.RandomState(0)
+    weights = {
+        "shape": np.array([-1, 1, 2, 3], np.int64),
+        "K": rng.randn(1, 2, 2, 2).astype(np.float32),
+        "axes": np.array([1, 2, 3], np.int64),
+        "W": rng.randn(1, 1).astype(np.float32),
+    }
+    model = _graph(
+        [
+            helper.make_node("Reshape", ["X", "shape"], ["x4"]),
+            helper.make_node("ConvTranspose", ["x4", "K"], ["up"], name="up", strides=[2, 2]),
+            helper.make_node("ReduceMean", ["up", "axes"], ["mean"], keepdims=0),
+            helper.make_node("Unsqueeze", ["mean", "one"], ["col"]),
+            helper.make_node("MatMul", ["col", "W"], ["Y"]),
+        ],
+        {**weights, "one": np.array([1], np.int64)},
+        opset=18,
+    )
+    X = np.random.RandomState(1).randn(40, 6).astype(np.float32)
+    with raises_one_line("no onnxruntime-training kernel for the gradient of operator "
+                         "'ConvTranspose' \\(node 'up'\\)") as info:  # fmt: skip
+        trainer(model, max_iter=1, backend="ort-training").fit(X, X[:, :1].copy())
+    assert isinstance(info.value, NoGradientError)
 
 
 @pytest.mark.parametrize("name", ["shuffle", "warm_start"])

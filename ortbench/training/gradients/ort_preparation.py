@@ -33,7 +33,7 @@ from onnx import helper
 from ..errors import NoGradientError, OrtBenchError
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
-from ..graphs.nodes import node_attributes
+from ..graphs.nodes import node_attributes, training_form
 from ..graphs.shapes import inferred_shapes
 from ..graphs.weights import FLOAT_TYPES
 from ..runtime import capi
@@ -56,7 +56,21 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
     onnx.ModelProto
         The same computation with the outputs LayerNormalization's and Dropout's gradients
         read added, and inference BatchNormalization written with elementwise operators.
+
+    Raises
+    ------
+    NoGradientError
+        For Dropout or BatchNormalization in a training form
+        (:func:`~ortbench.training.graphs.nodes.training_form`), which the builder would
+        differentiate with random masks and each batch's statistics (padded rows
+        included).
     """
+    for node in model.graph.node:
+        reason = training_form(node)
+        if reason is not None:
+            raise NoGradientError(
+                f"no onnxruntime-training gradient for {reason}", node.op_type, node.name
+            )
     prepared = onnx.ModelProto()
     prepared.CopyFrom(model)
     graph = prepared.graph
@@ -219,6 +233,37 @@ def gradient_builder_error(error: Exception, model: onnx.ModelProto) -> OrtBench
         f"(node {node.name!r}){reason}",
         node.op_type,
         node.name,
+    )
+
+
+def missing_gradient_kernel(error: Exception, model: onnx.ModelProto) -> NoGradientError | None:
+    """One line for a gradient graph whose session cannot be made because the runtime has
+    no kernel for one of its gradient operators (``Could not find an implementation for
+    ConvTransposeGrad(1)``: the builder writes gradient nodes that only some devices or
+    builds run), naming the forward operator and its first node in ``model``; None for
+    any other error.
+
+    Parameters
+    ----------
+    error : Exception
+        What making the session raised.
+    model : onnx.ModelProto
+        The model whose gradient the session runs.
+
+    Returns
+    -------
+    NoGradientError or None
+    """
+    found = re.search(r"Could not find an implementation for (\w+?)Grad\(\d+\)", str(error))
+    if found is None:
+        return None
+    op = found[1]
+    node = next((n.name for n in model.graph.node if n.op_type == op), "")
+    return NoGradientError(
+        f"no onnxruntime-training kernel for the gradient of operator {op!r} (node {node!r}) "
+        f"on this build and device",
+        op,
+        node,
     )
 
 

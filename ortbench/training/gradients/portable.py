@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import NoGradientError, OrtBenchError
 from ..graphs.builder import GraphBuilder
+from ..graphs.nodes import training_form
 from ..graphs.shapes import inferred_shapes
 from ..graphs.weights import FLOAT_TYPES
 from .portable_rules import RULES, RuleContext
@@ -50,6 +51,10 @@ def vjp_graph(
     b = GraphBuilder("vjp", opset=_opset(model), prefix="vjp_")
     nodes = list(graph.node)
     between, needed = _between(nodes, set(wrt), set(outputs), types)
+    for node in nodes:
+        reason = training_form(node)
+        if reason is not None:
+            raise NoGradientError(f"no portable gradient for {reason}", node.op_type, node.name)
     ctx = RuleContext(b, shapes, needed)
     grads: dict[str, list[str]] = {}
     for name in outputs:

@@ -203,6 +203,26 @@ def _n_features(graph, node) -> int:
     return dims[1].dim_value
 
 
+def training_form(node: onnx.NodeProto) -> str | None:
+    """Why ``node`` cannot be trained through, for the training forms of Dropout (a
+    ``training_mode`` input: random masks) and BatchNormalization (``training_mode`` set,
+    or the running statistics as outputs: statistics of each batch, padded rows included);
+    None for any other node. Both gradient backends refuse them, in these words."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
+        what = "Dropout in training form (a training_mode input: random masks)"
+    elif node.op_type == "BatchNormalization" and (
+        node_attributes(node).get("training_mode", 0) or len(node.output) > 1
+    ):
+        what = "BatchNormalization in training form (statistics of each batch)"
+    else:
+        return None
+    return (
+        f"{what}, node {node.name!r}: only the inference form trains; export the model in eval mode"
+    )
+
+
 def unique_name(taken: set[str], base: str) -> str:
     """``base``, or ``base_1``, ``base_2``, ...: the first that is not ``taken``."""
     name, k = base, 0

@@ -16,6 +16,7 @@ import onnx
 
 from ..errors import OrtBenchError
 from ..gradients.derivative import build_training_graph
+from ..gradients.ort_preparation import missing_gradient_kernel
 from ..runtime import capi
 from ..runtime.sessions import SessionMaker
 from .loss_update import LossUpdateSteps
@@ -58,7 +59,10 @@ class AgentSteps(LossUpdateSteps):
                 "backward, which ForwardBackwardTrainer does not support: use FullTrainer"
             )
         # the agent does not keep its session alive: this object does
-        self._agent_session = sessions.session(graph.model, "agent")
+        try:
+            self._agent_session = sessions.session(graph.model, "agent")
+        except Exception as e:  # onnxruntime's NotImplemented is no RuntimeError
+            raise missing_gradient_kernel(e, static) or e from None
         self._agent = capi.TrainingAgent(
             self._agent_session,
             graph.feed_names,

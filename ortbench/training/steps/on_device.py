@@ -21,7 +21,11 @@ from onnx import numpy_helper
 
 from ..errors import OrtBenchError
 from ..gradients.kernel_forms import rewrite_gradient_kernels
-from ..gradients.ort_preparation import gradient_builder_error, prepare_for_gradient_builder
+from ..gradients.ort_preparation import (
+    gradient_builder_error,
+    missing_gradient_kernel,
+    prepare_for_gradient_builder,
+)
 from ..graphs.loading import fit_runtime
 from ..learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from ..runtime import capi
@@ -118,13 +122,16 @@ class OnDeviceSteps:
                     self.graphs[name] = f.read()
             self._state = capi.load_checkpoint(os.path.join(folder, "checkpoint"))
             # no eval model: validation runs its own session (base.BaseTrainer)
-            self._module = capi.Module(
-                training_path,
-                self._state,
-                None,
-                self._device,
-                sessions.options("train_step"),
-            )
+            try:
+                self._module = capi.Module(
+                    training_path,
+                    self._state,
+                    None,
+                    self._device,
+                    sessions.options("train_step"),
+                )
+            except RuntimeError as e:
+                raise missing_gradient_kernel(e, with_loss) or e from None
             self._optimizer = capi.Optimizer(
                 os.path.join(folder, "optimizer_model.onnx"),
                 self._state,

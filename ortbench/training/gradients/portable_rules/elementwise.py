@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from ...errors import OrtBenchError
 from ...graphs.nodes import node_attributes
 from ..kernel_forms import is_large, masked_gradient, relu_side_gradient
 from .registry import rule
@@ -22,11 +21,6 @@ def _cast(ctx, node, g):
 
 @rule("Dropout")
 def _dropout(ctx, node, g):
-    if len(node.input) > 2 and node.input[2]:
-        raise OrtBenchError(
-            f"portable gradient of Dropout (node {node.name!r}): only the inference form "
-            f"(no training_mode input) is differentiated; export the model in eval mode"
-        )
     return [g[0], None]
 
 

@@ -28,12 +28,6 @@ def _log_softmax(ctx, node, g):
 @rule("BatchNormalization")
 def _batch_normalization(ctx, node, g):
     attrs = node_attributes(node)
-    if attrs.get("training_mode", 0) or len(node.output) > 1:
-        raise OrtBenchError(
-            f"portable gradient of BatchNormalization (node {node.name!r}): only the "
-            f"inference form (frozen statistics) is differentiated; export the model in "
-            f"eval mode"
-        )
     x, scale, bias, mean, var = node.input
     b = ctx.b
     rank = ctx.rank(x)
