@@ -126,6 +126,13 @@ def _average_pool(node, x):
         raise OrtBenchError(
             f"torch runs no AveragePool with asymmetric pads (node {node.proto.name!r})"
         )
+    if node.get("ceil_mode", 0) and node.get("count_include_pad", 0):
+        # ONNX divides a window that overhangs the input by the whole kernel, torch by
+        # the part inside the input and its pads
+        raise OrtBenchError(
+            f"torch runs no AveragePool with both ceil_mode and count_include_pad (node "
+            f"{node.proto.name!r})"
+        )
     function = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[rank - 1]
     return [
         function(

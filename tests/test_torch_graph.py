@@ -50,6 +50,35 @@ def test_an_operator_the_runner_lacks_is_named_with_its_node():
     assert unsupported(model, ["Y"]) == f"torch runs no ONNX operator Erfc (node {node.name!r})"
 
 
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_average_pool_with_ceil_mode_agrees_with_onnxruntime_or_is_refused(count_include_pad):
+    """With ceil_mode, a window overhangs the input: ONNX divides it by the whole kernel
+    when pads count, torch by the part inside; without counting pads they agree."""
+    from ortbench.training import OrtBenchError
+
+    node = helper.make_node(
+        "AveragePool", ["X"], ["Y"], name="pool", kernel_shape=[2, 2], strides=[2, 2],
+        ceil_mode=1, count_include_pad=count_include_pad,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "pool",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 1, 5, 7])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    x = np.arange(70, dtype=np.float32).reshape(2, 1, 5, 7)
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    if count_include_pad:
+        with pytest.raises(OrtBenchError, match="both ceil_mode and count_include_pad"):
+            TorchGraph(model, ["Y"])(torch.tensor(x))
+        return
+    ours = TorchGraph(model, ["Y"])(torch.tensor(x))[0].numpy()
+    np.testing.assert_allclose(ours, session.run(None, {"X": x})[0], rtol=1e-6)
+
+
 #: Softmax before and from opset 13 (flattened tail, one axis) and the reductions' forms:
 #: (operator, opset, attributes, axes given as an input).
 SHARED_OPERATORS = [
