@@ -196,6 +196,44 @@ def fitted(model, X, y):
         return model.fit(X, y)
 
 
+@pytest.mark.skipif(not TORCH, reason="torch is not installed")
+def test_torch_says_unavailable_for_a_node_it_refuses_in_that_form(tmp_path):
+    """The torch runner refuses some nodes by their attributes (an AveragePool with both
+    ceil_mode and count_include_pad divides as ONNX does not): the cell is unavailable,
+    with the runner's reason, not failed."""
+    from ortbench.bench.contenders import CONTENDERS
+
+    rng = np.random.RandomState(0)
+    nodes = [
+        helper.make_node("Reshape", ["X", "shape"], ["x4"]),
+        helper.make_node(
+            "AveragePool", ["x4"], ["pooled"], name="pool", kernel_shape=[2, 2],
+            strides=[2, 2], ceil_mode=1, count_include_pad=1,
+        ),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "W"], ["Y"]),
+    ]  # fmt: skip
+    weights = {"shape": np.array([-1, 1, 5, 7], np.int64), "W": rng.randn(12, 1)}
+    graph = helper.make_graph(
+        nodes,
+        "pool",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 35])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 1])],
+        [numpy_helper.from_array(np.asarray(v, v.dtype if v.dtype == np.int64 else np.float32), k)
+         for k, v in weights.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    onnx.save(model, tmp_path / "pool.onnx")
+    X = rng.randn(200, 35).astype(np.float32)
+    np.savez(tmp_path / "d.npz", X=X, y=X[:, 0])
+    problem = load_user_problem(UserFiles(str(tmp_path / "pool.onnx"), (str(tmp_path / "d.npz"),)))
+    reason = CONTENDERS["torch-sgd"].unavailable(problem, 16, "cpu")
+    assert reason == (
+        "torch runs no AveragePool with both ceil_mode and count_include_pad (node 'pool')"
+    )
+    assert CONTENDERS["ort-portable-full"].unavailable(problem, 16, "cpu") is None
+
+
 @pytest.mark.training_build
 def test_a_converted_scikit_learn_mlp_gets_every_contender(tmp_path):
     X, y = (

@@ -14,6 +14,7 @@ from functools import cache
 
 import numpy as np
 
+from ...training import OrtBenchError
 from ...training.steps.batches import RowOrder
 from ..problems import Problem
 from .base import Contender, as_prediction
@@ -26,11 +27,20 @@ def _torch():
 
 @cache
 def _plan(problem: Problem) -> GraphPlan | str:
-    """The problem's plan, or why torch cannot run its graph."""
+    """The problem's plan, or why torch cannot run its graph: an operator the runner
+    lacks, or a node it refuses in the form the graph has it (found by running the graph
+    on two rows)."""
     plan = graph_plan(problem)
     if isinstance(plan, str):
         return plan
-    reason = importlib.import_module("ortbench.torch_graph").unsupported(plan.model, [plan.scores])
+    runner = importlib.import_module("ortbench.torch_graph")
+    reason = runner.unsupported(plan.model, [plan.scores])
+    if reason is None:
+        try:
+            rows = _torch().tensor(problem.data.X_train[:2])  # a copy: the data is read-only
+            runner.TorchGraph(plan.model, [plan.scores])(rows)
+        except OrtBenchError as e:
+            reason = str(e)
     return reason or plan
 
 
