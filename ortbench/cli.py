@@ -17,11 +17,18 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import warnings
 
 from . import __version__
 from .commands import EXIT_USAGE, RUNTIME_COMMANDS, compare, report
 from .errors import OrtBenchError
 from .install import MissingRuntimeError
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Show a warning of a command as one line, without the source file and line that
+    Python's own format gives (a message is shown once, by the default filters)."""
+    print(f"ortbench: warning: {message}", file=file or sys.stderr)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # a refused value (one line) or --help
         return e.code
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning
+            return args.func(args)
     except OrtBenchError as e:
         print(f"ortbench: error: {e}", file=sys.stderr)
         return EXIT_USAGE

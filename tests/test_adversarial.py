@@ -219,15 +219,22 @@ def _two_outputs(order: str) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("cls", TRAINERS)
 def test_a_weight_only_the_second_output_reads_is_one_line(cls):
+    """Named in weights_to_train, it is refused; by default it is left out, with a warning
+    (another head of the model), and the first output trains as it would alone."""
     with pytest.raises(OrtBenchError) as e:
-        cls(_two_outputs("ba"), max_iter=1).fit(X, YREG)
+        cls(_two_outputs("ba"), weights_to_train=["A", "B"], max_iter=1).fit(X, YREG)
     assert str(e.value) == (
         "weight 'A' does not reach the trained output 'b' (the first float output): leave "
         "it out of weights_to_train, or convert a model whose first float output is the one "
         "to train"
     )
-    trained = cls(_two_outputs("ba"), weights_to_train=["B"], max_iter=1).fit(X, YREG)
-    assert list(trained.get_state()) == ["B"]
+    model = _two_outputs("ba")
+    with pytest.warns(UserWarning, match=r"1 initializers do not reach the trained output 'b'"):
+        default = cls(model, max_iter=2, shuffle=False).fit(X, YREG)
+    named = cls(model, weights_to_train=["B"], max_iter=2, shuffle=False)
+    named.fit(X, YREG)
+    assert list(default.get_state()) == list(named.get_state()) == ["B"]
+    np.testing.assert_array_equal(default.train_losses_, named.train_losses_)
 
 
 def test_a_penalty_over_an_integer_initializer_is_one_line():

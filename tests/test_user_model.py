@@ -196,6 +196,49 @@ def fitted(model, X, y):
         return model.fit(X, y)
 
 
+def test_a_second_head_is_left_out_and_said_once_in_one_line(tmp_path, capsys):
+    """A model with a second output (another head): the default weights leave out those
+    only that head reads, every engine contender trains the first output from the same
+    loss, and the trainers' warning reaches the terminal as one line, once."""
+    rng = np.random.RandomState(0)
+    weights = {"T": rng.randn(10, 12), "Tb": rng.randn(12), "H1": rng.randn(12, 2)}
+    weights["H2"] = rng.randn(12, 3)
+    nodes = [
+        helper.make_node("MatMul", ["X", "T"], ["t0"]),
+        helper.make_node("Add", ["t0", "Tb"], ["t1"]),
+        helper.make_node("Relu", ["t1"], ["h"]),
+        helper.make_node("MatMul", ["h", "H1"], ["Y"]),
+        helper.make_node("MatMul", ["h", "H2"], ["z"]),
+        helper.make_node("Softmax", ["z"], ["Z"], axis=1),
+    ]
+    outputs = [("Y", 2), ("Z", 3)]
+    graph = helper.make_graph(
+        nodes,
+        "two_heads",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 10])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, k]) for n, k in outputs],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, tmp_path / "two.onnx")
+    np.savez(tmp_path / "two.npz", X=rng.randn(200, 10), y=rng.randn(200, 2))
+    contenders = ["ort-portable-full", "ort-portable-fwbw"]
+    results = run_bench(
+        tmp_path / "out", "--model", str(tmp_path / "two.onnx"), "--data",
+        str(tmp_path / "two.npz"), "--contenders", *contenders,
+    )  # fmt: skip
+    ran = trained(results)
+    assert sorted(ran.contender) == sorted(contenders)
+    assert np.allclose(ran.final_train_loss, ran.final_train_loss.iloc[0], rtol=1e-5)
+    lines = [x for x in capsys.readouterr().err.splitlines() if "do not reach" in x]
+    assert lines == [
+        "ortbench: warning: FullTrainer: 1 initializers do not reach the trained output 'Y' "
+        "and are not trained: ['H2']",
+        "ortbench: warning: ForwardBackwardTrainer: 1 initializers do not reach the trained "
+        "output 'Y' and are not trained: ['H2']",
+    ]
+
+
 @pytest.mark.skipif(not TORCH, reason="torch is not installed")
 def test_torch_says_unavailable_for_a_node_it_refuses_in_that_form(tmp_path):
     """The torch runner refuses some nodes by their attributes (an AveragePool with both

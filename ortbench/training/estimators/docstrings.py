@@ -16,7 +16,8 @@ model_onnx : onnx.ModelProto, bytes or path
     MatMul/Add first.
 weights_to_train : list of str, optional
     The initializers to train; by default every float initializer that is a parameter
-    (see :func:`~ortbench.training.trainable_initializers`).""",
+    (see :func:`~ortbench.training.trainable_initializers`) and that the trained output
+    is computed from (those only another output reads are left out, with a warning).""",
     "fit_parameters": """\
 batch_size : int, default=10
     Rows per step; the last batch of an epoch is padded with rows of weight 0. Clipped,

@@ -4,6 +4,8 @@ data checked and converted (labels one-hot encoded)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 from sklearn.base import clone
@@ -23,6 +25,7 @@ from ..graphs.weights import (
     check_weight_names,
     check_weights_reach,
     get_initializers,
+    reaching_weights,
     set_initializers,
 )
 from ..losses import BaseLearningLoss, NegLogLearningLoss, SquareLearningLoss
@@ -53,9 +56,26 @@ class ModelPreparation:
             loss = self._classifier_loss(loss, classifier)
         self.learning_loss_ = loss
         check_shapes(model, self._input, self.output_name_)
-        check_weights_reach(model, self.weights_, [self.output_name_, *losses])
+        trained_from = [self.output_name_, *losses]
+        if self.weights_to_train is None:
+            self._leave_out_unread_weights(model, trained_from)
+        check_weights_reach(model, self.weights_, trained_from)
         self._train_model = select_outputs(model, [self.output_name_])
         self.is_classifier_ = loss.is_classification
+
+    def _leave_out_unread_weights(self, model: onnx.ModelProto, trained_from: list[str]) -> None:
+        """Leave out of the default weights those the trained output is not computed from
+        (another head of the model), with a warning naming them."""
+        kept = reaching_weights(model, self.weights_, trained_from)
+        if kept and len(kept) < len(self.weights_):
+            unread = [w for w in self.weights_ if w not in kept]
+            warnings.warn(
+                f"{type(self).__name__}: {len(unread)} initializers do not reach the trained "
+                f"output {trained_from[0]!r} and are not trained: {unread[:5]}",
+                UserWarning,
+                stacklevel=4,
+            )
+            self.weights_ = kept
 
     def _loss_outputs(self, model: onnx.ModelProto) -> tuple[str, ...]:
         """Outputs of the model that are a loss, not a prediction (none here)."""

@@ -145,6 +145,13 @@ def weights_as_inputs(onx: onnx.ModelProto, weights: list[str]) -> onnx.ModelPro
     return model
 
 
+def reaching_weights(onx: onnx.ModelProto, weights: list[str], outputs: list[str]) -> list[str]:
+    """The ``weights`` that one of ``outputs`` is computed from, in their order."""
+    producers = {o: n for n in onx.graph.node for o in n.output}
+    read = ancestors(producers, outputs)
+    return [w for w in weights if w in read]
+
+
 def check_weights_reach(onx: onnx.ModelProto, weights: list[str], outputs: list[str]) -> None:
     """Refuse trained weights that none of ``outputs`` (the trained output, a loss the model
     outputs) is computed from: nothing would give them a gradient.
@@ -154,9 +161,7 @@ def check_weights_reach(onx: onnx.ModelProto, weights: list[str], outputs: list[
     OrtBenchError
         Naming the first such weight.
     """
-    producers = {o: n for n in onx.graph.node for o in n.output}
-    read = ancestors(producers, outputs)
-    unread = [w for w in weights if w not in read]
+    unread = [w for w in weights if w not in reaching_weights(onx, weights, outputs)]
     if unread:
         raise OrtBenchError(
             f"weight {unread[0]!r} does not reach the trained output {outputs[0]!r} (the "
