@@ -7,9 +7,10 @@ command.
 Exit status: 0 success; 1 ``compare``, ``ab`` or ``merge`` (of ``ab`` shards) found a
 regression or a failure, or a ``bench`` cell failed or was unstable (``--keep-going``: 0); 2
 bad input, an unusable output or a write error (one line on stderr), shards ``merge``
-refuses, or a ``bench`` run in which no cell could run; 3 ``compare`` or ``ab`` had nothing
-to compare; 4 ``compare`` found a regression that the machine's drift between the runs
-could explain, and nothing worse (inconclusive); 130 interrupted (SIGINT or SIGTERM).
+refuses, or a ``bench`` run in which no cell could run (every cell unavailable); 3
+``compare`` or ``ab`` had nothing to compare; 4 ``compare`` found a regression that the
+machine's drift between the runs could explain, and nothing worse (inconclusive); 130
+interrupted (SIGINT or SIGTERM).
 """
 
 from __future__ import annotations

@@ -199,6 +199,23 @@ def test_a_cell_that_breaks_is_recorded(tmp_path, monkeypatch):
     assert record["status"] == "failed: ArithmeticError: the loss is nan"
 
 
+def test_a_run_whose_every_cell_failed_is_a_failure_not_a_usage_error(
+    tmp_path, capsys, monkeypatch
+):
+    """Exit 1 (a failed cell), as the README says, where every cell failed once it trained;
+    2 ("no cell could run") is for cells that were all unavailable."""
+
+    def broken(self, epochs):
+        raise ArithmeticError("the loss is nan")
+
+    monkeypatch.setattr("ortbench.bench.contenders.ort.OrtContender._fit", broken)
+    options = "--contenders ort-portable-full --problem linear --dataset diabetes"
+    status = main(["bench", *options.split(), "--batch-sizes", "8", "--out", str(tmp_path)])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert "1 cells failed or unstable" in err and "no cell could run" not in err
+
+
 @pytest.mark.training_build
 def test_cli_bench_prints_the_summary(tmp_path, capsys):
     options = "--contenders ort-full --problem linear --dataset diabetes --batch-sizes 32"

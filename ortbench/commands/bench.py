@@ -252,7 +252,8 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     statuses = [record["status"] for record in read_records(folder)]
-    if "ok" not in statuses and not any(s.startswith(UNSTABLE) for s in statuses):
+    if not any(s == "ok" or s.startswith((UNSTABLE, "failed")) for s in statuses):
+        # every cell unavailable once built (a failed cell is a failure: exit 1 below)
         raise OrtBenchError(f"no cell could run ({statuses[0] if statuses else 'no cells'})")
     bad = [s for s in statuses if s.startswith(("failed", UNSTABLE))]
     if bad and not args.keep_going:
