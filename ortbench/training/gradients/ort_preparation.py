@@ -33,7 +33,7 @@ from onnx import helper
 from ..errors import NoGradientError, OrtBenchError
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
-from ..graphs.nodes import node_attributes, training_form
+from ..graphs.nodes import node_attributes, refuse_training_forms
 from ..graphs.shapes import inferred_shapes
 from ..graphs.weights import FLOAT_TYPES
 from ..runtime import capi
@@ -61,16 +61,11 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
     ------
     NoGradientError
         For Dropout or BatchNormalization in a training form
-        (:func:`~ortbench.training.graphs.nodes.training_form`), which the builder would
+        (:func:`~ortbench.training.graphs.nodes.refuse_training_forms`), which the builder would
         differentiate with random masks and each batch's statistics (padded rows
         included).
     """
-    for node in model.graph.node:
-        reason = training_form(node)
-        if reason is not None:
-            raise NoGradientError(
-                f"no onnxruntime-training gradient for {reason}", node.op_type, node.name
-            )
+    refuse_training_forms(model.graph.node, "onnxruntime-training")
     prepared = onnx.ModelProto()
     prepared.CopyFrom(model)
     graph = prepared.graph

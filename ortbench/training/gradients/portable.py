@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import NoGradientError, OrtBenchError
 from ..graphs.builder import GraphBuilder
-from ..graphs.nodes import training_form
+from ..graphs.nodes import refuse_training_forms
 from ..graphs.shapes import inferred_shapes
 from ..graphs.weights import FLOAT_TYPES
 from .portable_rules import RULES, RuleContext
@@ -51,10 +51,7 @@ def vjp_graph(
     b = GraphBuilder("vjp", opset=_opset(model), prefix="vjp_")
     nodes = list(graph.node)
     between, needed = _between(nodes, set(wrt), set(outputs), types)
-    for node in nodes:
-        reason = training_form(node)
-        if reason is not None:
-            raise NoGradientError(f"no portable gradient for {reason}", node.op_type, node.name)
+    refuse_training_forms(nodes, "portable")
     ctx = RuleContext(b, shapes, needed)
     grads: dict[str, list[str]] = {}
     for name in outputs:

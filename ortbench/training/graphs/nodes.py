@@ -4,11 +4,13 @@ scikit-learn's linear nodes rewritten into trainable MatMul and Add."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import OrtBenchError
+from ..errors import NoGradientError, OrtBenchError
 from .loading import load_model
 
 
@@ -203,24 +205,34 @@ def _n_features(graph, node) -> int:
     return dims[1].dim_value
 
 
-def training_form(node: onnx.NodeProto) -> str | None:
-    """Why ``node`` cannot be trained through, for the training forms of Dropout (a
-    ``training_mode`` input: random masks) and BatchNormalization (``training_mode`` set,
-    or the running statistics as outputs: statistics of each batch, padded rows included);
-    None for any other node. Both gradient backends refuse them, in these words."""
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
-        what = "Dropout in training form (a training_mode input: random masks)"
-    elif node.op_type == "BatchNormalization" and (
-        node_attributes(node).get("training_mode", 0) or len(node.output) > 1
-    ):
-        what = "BatchNormalization in training form (statistics of each batch)"
-    else:
-        return None
-    return (
-        f"{what}, node {node.name!r}: only the inference form trains; export the model in eval mode"
-    )
+def refuse_training_forms(nodes: Iterable[onnx.NodeProto], backend: str) -> None:
+    """Refuse the training forms of Dropout (a ``training_mode`` input: random masks) and
+    BatchNormalization (``training_mode`` set, or the running statistics as outputs:
+    statistics of each batch, padded rows included), which a gradient backend would
+    otherwise train through silently; both backends call this before building.
+
+    Raises
+    ------
+    NoGradientError
+        ``no <backend> gradient for ...``, naming the first such node.
+    """
+    for node in nodes:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
+            what = "Dropout in training form (a training_mode input: random masks)"
+        elif node.op_type == "BatchNormalization" and (
+            node_attributes(node).get("training_mode", 0) or len(node.output) > 1
+        ):
+            what = "BatchNormalization in training form (statistics of each batch)"
+        else:
+            continue
+        raise NoGradientError(
+            f"no {backend} gradient for {what}, node {node.name!r}: only the inference form "
+            f"trains; export the model in eval mode",
+            node.op_type,
+            node.name,
+        )
 
 
 def unique_name(taken: set[str], base: str) -> str:
