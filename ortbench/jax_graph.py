@@ -148,6 +148,9 @@ OPS: dict[str, Op] = {
     "Exp": unary(jnp.exp),
     "Flatten": flatten,
     "Gather": lambda node, x: [jnp.take(x[0], x[1], axis=node.get("axis", 0))],
+    "Gelu": lambda node, x: [
+        jax.nn.gelu(x[0], approximate=node.get("approximate", "none") == "tanh")
+    ],
     "Gemm": gemm,
     "Identity": lambda node, x: [x[0]],
     "LayerNormalization": _layer_norm,

@@ -13,7 +13,7 @@ from torch_modules import NETWORKS, export, network  # noqa: E402
 from ortbench.torch_graph import TorchGraph, unsupported  # noqa: E402
 
 
-@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("opset", [17, 18, 20])
 @pytest.mark.parametrize("name", list(NETWORKS))
 def test_the_runner_computes_and_differentiates_the_exported_network(name, opset):
     module, features = network(name), NETWORKS[name][1]
@@ -79,7 +79,8 @@ def test_average_pool_with_ceil_mode_agrees_with_onnxruntime_or_is_refused(count
     np.testing.assert_allclose(ours, session.run(None, {"X": x})[0], rtol=1e-6)
 
 
-#: Softmax before and from opset 13 (flattened tail, one axis) and the reductions' forms:
+#: Softmax before and from opset 13 (flattened tail, one axis), the reductions' forms and
+#: Gelu's two:
 #: (operator, opset, attributes, axes given as an input).
 SHARED_OPERATORS = [
     ("Softmax", 11, {"axis": 1}, None),
@@ -90,6 +91,8 @@ SHARED_OPERATORS = [
     ("ReduceSum", 13, {}, [-1, 0]),
     ("ReduceMean", 17, {"axes": [-1]}, None),
     ("ReduceMean", 18, {"keepdims": 0}, [0, 2]),
+    ("Gelu", 20, {}, None),
+    ("Gelu", 20, {"approximate": "tanh"}, None),
 ]
 
 

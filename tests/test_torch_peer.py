@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
+
 import numpy as np
 import onnx
 import pandas as pd
@@ -112,3 +115,36 @@ def test_torch_reads_its_losses_once_per_epoch(monkeypatch):
     contender.fit(2)
     assert len(reads) == 2
     assert len(contender.loss_curve_) == 2 and contender.loss_curve_[1] < contender.loss_curve_[0]
+
+
+def test_the_default_exporter_s_attention_trains_as_torch_itself_does(tmp_path):
+    """torch's default exporter (``dynamo=True``) writes the attention's scale as a one-value
+    initializer named ``val_<n>``: a constant, left out of the trained weights, so the
+    engine and the torch peer follow the torch module's own trajectory."""
+    pytest.importorskip("onnxscript")
+
+    from ortbench.training.runtime.build import runtime_problem
+
+    module = torch.nn.Sequential(network("attention"), torch.nn.Softmax(1)).eval()
+    path = tmp_path / "net.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (torch.zeros(4, 64),), str(path), dynamo=True, verbose=False,
+            input_names=["X"], dynamic_shapes=({0: "n"},),
+        )  # fmt: skip
+    onnx_model = onnx.load(path)
+    constants = [i.name for i in onnx_model.graph.initializer if list(i.dims) == [1]]
+    assert any(name.startswith("val_") for name in constants)  # the scale this test is about
+    X, y = load_digits(return_X_y=True)
+    np.savez(tmp_path / "digits.npz", X=(X[:200] / 16).astype(np.float32), y=y[:200] % 3)
+    files = UserFiles(str(path), (str(tmp_path / "digits.npz"),), loss="log")
+    # a rate at which a trained scale parts from torch by 2e-5 in the second epoch
+    problem = dataclasses.replace(load_user_problem(files), eta0=0.1)
+    expected = torch_sgd_losses(module.train(), problem, 3, 16)
+    names = ["ort-portable-full", "torch-sgd"]
+    if runtime_problem() is None:
+        names.append("ort-full")
+    for name in names:
+        contender = make_contender(name, problem, 16, shuffle=False).fit(3)
+        np.testing.assert_allclose(contender.loss_curve_, expected, rtol=3e-6, err_msg=name)

@@ -17,6 +17,9 @@ others, keeping what the model computes:
 - ``BatchNormalization`` in inference form (frozen statistics): the builder has no gradient
   for it; it becomes a per-channel ``x * a + c`` whose ``a`` and ``c`` are computed from
   the scale, bias, mean and variance, so that the scale and bias still train.
+- ``Gelu`` with ``approximate="tanh"``: the builder gives it the gradient of the exact
+  (erf) form; it becomes onnxruntime's ``FastGelu``, the same function, whose gradient is
+  the tanh form's.
 
 :func:`gradient_builder_error` turns what the builder raises into one line naming the
 operator and node it stopped at, without the runtime's source text.
@@ -39,7 +42,14 @@ from ..graphs.weights import FLOAT_TYPES
 from ..runtime import capi
 from ..runtime.sessions import first_line, session_options
 
-_REWRITTEN = ("LayerNormalization", "BatchNormalization", "Dropout", "MaxPool", "AveragePool")
+_REWRITTEN = (
+    "LayerNormalization",
+    "BatchNormalization",
+    "Dropout",
+    "MaxPool",
+    "AveragePool",
+    "Gelu",
+)
 _POOLS = ("MaxPool", "AveragePool")
 
 
@@ -55,7 +65,8 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
     -------
     onnx.ModelProto
         The same computation with the outputs LayerNormalization's and Dropout's gradients
-        read added, and inference BatchNormalization written with elementwise operators.
+        read added, inference BatchNormalization written with elementwise operators and
+        the tanh form of Gelu as onnxruntime's FastGelu.
 
     Raises
     ------
@@ -94,13 +105,32 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
             start = len(b.nodes)
             _elementwise_batch_norm(b, node, len(shapes[node.input[0]]))
             nodes.extend(b.nodes[start:])
+        elif _tanh_gelu(node):
+            nodes.append(
+                helper.make_node(
+                    "FastGelu", [node.input[0]], [node.output[0]], node.name, domain="com.microsoft"
+                )
+            )
         else:
             nodes.append(node)
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(b.initializers)
     _declare_pool_shapes(prepared, shapes)
+    if any(n.domain == "com.microsoft" for n in nodes) and not any(
+        o.domain == "com.microsoft" for o in prepared.opset_import
+    ):
+        prepared.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return prepared
+
+
+def _tanh_gelu(node: onnx.NodeProto) -> bool:
+    """Whether the node is the standard Gelu in its tanh approximation."""
+    return (
+        node.op_type == "Gelu"
+        and node.domain in ("", "ai.onnx")
+        and node_attributes(node).get("approximate", b"none") == b"tanh"
+    )
 
 
 def _declare_pool_shapes(model: onnx.ModelProto, shapes: dict[str, list]) -> None:

@@ -3,6 +3,8 @@ values read and written, and weights turned into graph inputs."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -17,13 +19,18 @@ FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 #: The inputs of a node that hold statistics, not parameters: (operator, position).
 _STATISTICS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
 
+#: How torch's default exporter (``dynamo=True``) names the tensors it creates, not the
+#: module's parameters (those keep their paths, ``att.in_proj_bias``).
+_TORCH_EXPORTER_VALUE = re.compile(r"val_\d+")
+
 
 def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
     """Names of the float initializers that are parameters, in graph order.
 
     Skips scalars, constants only ever used as the left side of a Sub, which is how
-    skl2onnx writes ``1 - p`` with its ``unity`` initializer, and the running mean and
-    variance of a BatchNormalization (frozen statistics, torch's buffers).
+    skl2onnx writes ``1 - p`` with its ``unity`` initializer, the running mean and
+    variance of a BatchNormalization (frozen statistics, torch's buffers), and the
+    one-value tensors torch's default exporter creates (``val_<n>``: attention's scale).
     """
     consumers: dict[str, list[tuple[str, int]]] = {}
     for node in onx.graph.node:
@@ -33,6 +40,8 @@ def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
     for init in onx.graph.initializer:
         if init.data_type not in FLOAT_TYPES or len(init.dims) == 0:
             continue
+        if _torch_exporter_constant(onx, init):
+            continue
         uses = consumers.get(init.name, [])
         if uses and all(use == ("Sub", 0) for use in uses):
             continue
@@ -40,6 +49,16 @@ def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
             continue
         names.append(init.name)
     return names
+
+
+def _torch_exporter_constant(onx: onnx.ModelProto, init: onnx.TensorProto) -> bool:
+    """Whether ``init`` is a one-value tensor torch's default exporter wrote for a constant
+    of an operator it decomposed (attention's ``1 / sqrt(head size)``)."""
+    return (
+        onx.producer_name == "pytorch"
+        and list(init.dims) == [1]
+        and _TORCH_EXPORTER_VALUE.fullmatch(init.name) is not None
+    )
 
 
 def bias_names(onx: onnx.ModelProto, weights: list[str]) -> set[str]:

@@ -105,6 +105,39 @@ def _erf(ctx, node, g):
     return [ctx.b.op("Mul", g[0], ctx.b.op("Mul", bump, ctx.b.const(2.0 / math.sqrt(math.pi))))]
 
 
+@rule("Gelu")
+def _gelu(ctx, node, g):
+    # Gelu (opset 20, torch's exporter from opset 20 on) in both forms, from its input
+    x = node.input[0]
+    b = ctx.b
+    if node_attributes(node).get("approximate", b"none") == b"tanh":
+        # y = x (1 + t) / 2 with t = tanh(c (x + k x^3)):
+        # dy/dx = (1 + t) / 2 + x (1 - t^2) c (1 + 3 k x^2) / 2
+        c, k = math.sqrt(2.0 / math.pi), 0.044715
+        square = b.op("Mul", x, x)
+        inner = b.op(
+            "Mul", b.op("Add", x, b.op("Mul", b.op("Mul", square, x), b.const(k))), b.const(c)
+        )
+        t = b.op("Tanh", inner)
+        half = b.op("Mul", b.op("Add", b.const(1.0), t), b.const(0.5))
+        du = b.op("Mul", b.op("Add", b.const(1.0), b.op("Mul", square, b.const(3 * k))), b.const(c))
+        dt = b.op("Sub", b.const(1.0), b.op("Mul", t, t))
+        slope = b.op("Add", half, b.op("Mul", b.op("Mul", x, b.const(0.5)), b.op("Mul", dt, du)))
+        return [b.op("Mul", g[0], slope)]
+    # y = x Phi(x): dy/dx = Phi(x) + x phi(x), Phi and phi the normal law's cdf and density
+    cdf = b.op(
+        "Mul",
+        b.op("Add", b.const(1.0), b.op("Erf", b.op("Mul", x, b.const(math.sqrt(0.5))))),
+        b.const(0.5),
+    )
+    density = b.op(
+        "Mul",
+        b.op("Exp", b.op("Mul", b.op("Mul", x, x), b.const(-0.5))),
+        b.const(1 / math.sqrt(2 * math.pi)),
+    )
+    return [b.op("Mul", g[0], b.op("Add", cdf, b.op("Mul", x, density)))]
+
+
 @rule("Exp")
 def _exp(ctx, node, g):
     return [ctx.b.op("Mul", g[0], node.output[0])]
