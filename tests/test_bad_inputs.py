@@ -71,6 +71,12 @@ def non_float_input(elem_type):
     return linear(nodes, inputs=[helper.make_tensor_value_info("X", elem_type, [None, 5])])
 
 
+def from_torch(model):
+    """The model as torch's exporter labels what it writes."""
+    model.producer_name = "pytorch"
+    return model
+
+
 def weight_inside_if():
     then = helper.make_graph(
         [helper.make_node("MatMul", ["X", "W"], ["t"])],
@@ -198,6 +204,12 @@ REFUSED = [
         r"feeds one float input, the model reads 'X' \(int64\): convert it with a single float",
     ),
     (
+        "int64 data input exported from torch",
+        lambda X, y, t: fit(B, from_torch(non_float_input(TensorProto.INT64)), X, y),
+        r"the model reads 'X' \(int64\): export a module whose forward takes one float tensor "
+        r"\(cast indices inside it",
+    ),
+    (
         "string data input",
         lambda X, y, t: fit(F, non_float_input(TensorProto.STRING), X, y),
         r"'X' \(string\): convert it with a single float tensor input",
@@ -225,6 +237,11 @@ REFUSED = [
         "double weights",
         lambda X, y, t: fit(B, typed(TensorProto.DOUBLE, np.float64), X, y),
         r"weight 'W' is float64: ortbench trains float32 weights; convert the model in float32",
+    ),
+    (
+        "double weights exported from torch",
+        lambda X, y, t: fit(F, from_torch(typed(TensorProto.DOUBLE, np.float64)), X, y),
+        r"weight 'W' is float64: .*export the module in float32 \(module.float\(\)\)",
     ),
     (
         "float16 weights",

@@ -15,6 +15,12 @@ from ..errors import OrtBenchError
 from ..runtime.build import MAX_OPSET, max_ir_version
 
 
+def exported_by_torch(onx: onnx.ModelProto) -> bool:
+    """Whether torch's exporter wrote the model (its one-line refusals then say how to
+    export it, not how to convert a scikit-learn model)."""
+    return onx.producer_name == "pytorch"
+
+
 def load_model(model_onnx) -> onnx.ModelProto:
     """Return a ModelProto from a ModelProto, serialized bytes or a path to a .onnx file.
 

@@ -9,6 +9,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import OrtBenchError
+from .loading import exported_by_torch
 from .nodes import ancestors
 from .weights import FLOAT_TYPES
 
@@ -45,10 +46,14 @@ def data_input(
         unused = {i.name for i in data} - everything
         return (_without_inputs(onx, unused) if unused else onx), inputs[0]
     described = ", ".join(f"{i.name!r} ({_type_name(i)})" for i in inputs) or "none"
-    raise OrtBenchError(
-        f"ortbench feeds one float input, the model reads {described}: convert it with a "
-        f"single float tensor input (e.g. to_onnx(model, X[:1].astype(np.float32)))"
+    how = (
+        "export a module whose forward takes one float tensor (cast indices inside it, "
+        "e.g. x.long())"
+        if exported_by_torch(onx)
+        else "convert it with a single float tensor input (e.g. to_onnx(model, "
+        "X[:1].astype(np.float32)))"
     )
+    raise OrtBenchError(f"ortbench feeds one float input, the model reads {described}: {how}")
 
 
 def check_shapes(onx: onnx.ModelProto, data: onnx.ValueInfoProto, output: str) -> None:

@@ -10,6 +10,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import OrtBenchError
+from .loading import exported_by_torch
 from .nodes import ancestors, subgraph_reads
 
 #: The element types of the tensors the engine trains and differentiates.
@@ -120,9 +121,13 @@ def _check_trainable(onx: onnx.ModelProto, weights: list[str]) -> None:
     for init in onx.graph.initializer:
         if init.name in weights and init.data_type != TensorProto.FLOAT:
             kind = helper.tensor_dtype_to_np_dtype(init.data_type).name
+            how = (
+                "export the module in float32 (module.float())"
+                if exported_by_torch(onx)
+                else "convert the model in float32 (e.g. to_onnx(model, X[:1].astype(np.float32)))"
+            )
             raise OrtBenchError(
-                f"weight {init.name!r} is {kind}: ortbench trains float32 weights; convert "
-                f"the model in float32 (e.g. to_onnx(model, X[:1].astype(np.float32)))"
+                f"weight {init.name!r} is {kind}: ortbench trains float32 weights; {how}"
             )
 
 
