@@ -311,6 +311,7 @@ OPS: dict[str, Op] = {
     "AveragePool": _average_pool,
     "BatchNormalization": _batch_norm,
     "Cast": _cast,
+    "CastLike": lambda node, x: [x[0].to(x[1].dtype)],
     "Clip": _clip,
     "Concat": lambda node, x: [torch.cat(x, dim=node.get("axis"))],
     "Constant": _constant,

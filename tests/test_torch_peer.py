@@ -117,34 +117,79 @@ def test_torch_reads_its_losses_once_per_epoch(monkeypatch):
     assert len(contender.loss_curve_) == 2 and contender.loss_curve_[1] < contender.loss_curve_[0]
 
 
-def test_the_default_exporter_s_attention_trains_as_torch_itself_does(tmp_path):
-    """torch's default exporter (``dynamo=True``) writes the attention's scale as a one-value
-    initializer named ``val_<n>``: a constant, left out of the trained weights, so the
-    engine and the torch peer follow the torch module's own trajectory."""
-    pytest.importorskip("onnxscript")
+#: How users export: torch's default exporter (dynamo), and options of both exporters that
+#: keep each parameter its own initializer.
+EXPORTS = {
+    "dynamo": {"dynamo": True, "dynamic_shapes": ({0: "n"},)},
+    "dynamo, optimize=False": {"dynamo": True, "dynamic_shapes": ({0: "n"},), "optimize": False},
+    "TorchScript, keep_initializers_as_inputs": {
+        "dynamo": False, "dynamic_axes": {"X": {0: "n"}}, "keep_initializers_as_inputs": True
+    },
+    "TorchScript": {"dynamo": False, "dynamic_axes": {"X": {0: "n"}}},
+}  # fmt: skip
 
-    from ortbench.training.runtime.build import runtime_problem
 
-    module = torch.nn.Sequential(network("attention"), torch.nn.Softmax(1)).eval()
-    path = tmp_path / "net.onnx"
+def attention_problem(folder, module, export_options):
+    """The attention network with a softmax, exported as ``export_options`` say, on
+    3-class digits at a rate where a wrongly trained value shows in the second epoch."""
+    if export_options["dynamo"]:
+        pytest.importorskip("onnxscript")
+    path = folder / "net.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module, (torch.zeros(4, 64),), str(path), dynamo=True, verbose=False,
-            input_names=["X"], dynamic_shapes=({0: "n"},),
-        )  # fmt: skip
-    onnx_model = onnx.load(path)
-    constants = [i.name for i in onnx_model.graph.initializer if list(i.dims) == [1]]
-    assert any(name.startswith("val_") for name in constants)  # the scale this test is about
+            module, (torch.zeros(4, 64),), str(path), input_names=["X"], **export_options
+        )
     X, y = load_digits(return_X_y=True)
-    np.savez(tmp_path / "digits.npz", X=(X[:200] / 16).astype(np.float32), y=y[:200] % 3)
-    files = UserFiles(str(path), (str(tmp_path / "digits.npz"),), loss="log")
-    # a rate at which a trained scale parts from torch by 2e-5 in the second epoch
-    problem = dataclasses.replace(load_user_problem(files), eta0=0.1)
-    expected = torch_sgd_losses(module.train(), problem, 3, 16)
-    names = ["ort-portable-full", "torch-sgd"]
+    np.savez(folder / "digits.npz", X=(X[:200] / 16).astype(np.float32), y=y[:200] % 3)
+    files = UserFiles(str(path), (str(folder / "digits.npz"),), loss="log")
+    return dataclasses.replace(load_user_problem(files), eta0=0.1)
+
+
+def assert_every_contender_follows(problem, expected):
+    """The engine's full and forward/backward contenders and the torch peer, 3 epochs."""
+    from ortbench.training.runtime.build import runtime_problem
+
+    names = ["ort-portable-full", "ort-portable-fwbw", "torch-sgd"]
     if runtime_problem() is None:
-        names.append("ort-full")
+        names += ["ort-full", "ort-fwbw"]
     for name in names:
         contender = make_contender(name, problem, 16, shuffle=False).fit(3)
         np.testing.assert_allclose(contender.loss_curve_, expected, rtol=3e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("export", ["dynamo", "dynamo, optimize=False"])
+def test_the_default_exporter_s_attention_trains_as_torch_itself_does(tmp_path, export):
+    """torch's default exporter (``dynamo=True``) writes Gelu as one node (opset 20), the
+    attention's scale as a one-value initializer ``val_<n>`` (a constant, not trained),
+    and without its optimizer CastLike nodes: the engine and the torch peer follow the
+    module's own trajectory."""
+    module = torch.nn.Sequential(network("attention"), torch.nn.Softmax(1)).eval()
+    problem = attention_problem(tmp_path, module, EXPORTS[export])
+    nodes = {node.op_type for node in problem.onnx_model.graph.node}
+    assert "Gelu" in nodes and ("CastLike" in nodes) == (export != "dynamo")
+    scales = [i.name for i in problem.onnx_model.graph.initializer if list(i.dims) == [1]]
+    assert any(name.startswith("val_") for name in scales) == (export == "dynamo")
+    assert_every_contender_follows(problem, torch_sgd_losses(module.train(), problem, 3, 16))
+
+
+@pytest.mark.parametrize("export", list(EXPORTS))
+def test_merged_parameters_train_tied_with_a_warning(tmp_path, export):
+    """As initialised, LayerNorm's weights are ones and the biases zeros: both exporters
+    merge parameters of equal values into one initializer by default, which then trains
+    tied, unlike the module's, and says so; the options that keep them apart train as
+    torch does, without a word."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(NETWORKS["attention"][0](), torch.nn.Softmax(1)).eval()
+    merged = export in ("dynamo", "TorchScript")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        problem = attention_problem(tmp_path, module, EXPORTS[export])
+    said = [str(w.message) for w in caught if "torch's exporter merged them" in str(w.message)]
+    assert len(said) == merged, said
+    expected = torch_sgd_losses(module.train(), problem, 3, 16)
+    if merged:
+        contender = make_contender("ort-portable-full", problem, 16, shuffle=False).fit(3)
+        assert abs(contender.loss_curve_[-1] / expected[-1] - 1) > 1e-3
+    else:
+        assert_every_contender_follows(problem, expected)

@@ -17,6 +17,8 @@ others, keeping what the model computes:
 - ``BatchNormalization`` in inference form (frozen statistics): the builder has no gradient
   for it; it becomes a per-channel ``x * a + c`` whose ``a`` and ``c`` are computed from
   the scale, bias, mean and variance, so that the scale and bias still train.
+- ``CastLike`` (torch's default exporter without its optimizer): the builder has no
+  gradient for it; it becomes the ``Cast`` to its second input's type.
 - ``Gelu`` with ``approximate="tanh"``: the builder gives it the gradient of the exact
   (erf) form; it becomes onnxruntime's ``FastGelu``, the same function, whose gradient is
   the tanh form's.
@@ -49,6 +51,7 @@ _REWRITTEN = (
     "MaxPool",
     "AveragePool",
     "Gelu",
+    "CastLike",
 )
 _POOLS = ("MaxPool", "AveragePool")
 
@@ -65,8 +68,8 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
     -------
     onnx.ModelProto
         The same computation with the outputs LayerNormalization's and Dropout's gradients
-        read added, inference BatchNormalization written with elementwise operators and
-        the tanh form of Gelu as onnxruntime's FastGelu.
+        read added, inference BatchNormalization written with elementwise operators,
+        CastLike as Cast and the tanh form of Gelu as onnxruntime's FastGelu.
 
     Raises
     ------
@@ -82,7 +85,7 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
     graph = prepared.graph
     if not any(n.op_type in _REWRITTEN for n in graph.node):
         return prepared
-    shapes, _ = inferred_shapes(prepared)
+    shapes, types = inferred_shapes(prepared)
     b = GraphBuilder("prepared", prefix="ortbench_prepared_")
     nodes = []
     for node in graph.node:
@@ -105,6 +108,10 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
             start = len(b.nodes)
             _elementwise_batch_norm(b, node, len(shapes[node.input[0]]))
             nodes.extend(b.nodes[start:])
+        elif node.op_type == "CastLike" and types.get(node.input[1]):
+            cast = helper.make_node("Cast", node.input[:1], node.output[:1], node.name)
+            cast.attribute.append(helper.make_attribute("to", types[node.input[1]]))
+            nodes.append(cast)
         elif _tanh_gelu(node):
             nodes.append(
                 helper.make_node(

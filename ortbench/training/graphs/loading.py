@@ -25,7 +25,8 @@ def load_model(model_onnx) -> onnx.ModelProto:
     """Return a ModelProto from a ModelProto, serialized bytes or a path to a .onnx file.
 
     The copy is adjusted to what the installed onnxruntime reads (:func:`fit_runtime`);
-    an opset older than :data:`MIN_OPSET` is converted to :data:`MAX_OPSET` first.
+    an opset older than :data:`MIN_OPSET` is converted to :data:`MAX_OPSET` first, and
+    initializers also listed as graph inputs are inputs no more.
     """
     if isinstance(model_onnx, onnx.ModelProto):
         model = onnx.ModelProto()
@@ -51,7 +52,19 @@ def load_model(model_onnx) -> onnx.ModelProto:
         )
     if len(model.graph.node) == 0:
         raise OrtBenchError("the ONNX model has no node")
+    _drop_initializer_inputs(model)
     return _fit_opset(model)
+
+
+def _drop_initializer_inputs(model: onnx.ModelProto) -> None:
+    """Remove from the graph's inputs the initializers listed there too (IR 3's form,
+    which torch writes with ``keep_initializers_as_inputs=True``): the engine feeds the
+    data alone, and its gradient graphs would define those names twice."""
+    initializers = {i.name for i in model.graph.initializer}
+    if any(i.name in initializers for i in model.graph.input):
+        kept = [i for i in model.graph.input if i.name not in initializers]
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
 
 
 def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:

@@ -4,6 +4,7 @@ values read and written, and weights turned into graph inputs."""
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import onnx
@@ -89,6 +90,7 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
         if not weights:
             raise OrtBenchError("the model has nothing to train: no float initializer")
         _check_trainable(onx, weights)
+        _warn_merged_parameters(onx, weights)
         return weights
     if isinstance(weights, str):
         weights = [weights]
@@ -104,6 +106,40 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
         raise OrtBenchError("the model has nothing to train: weights_to_train is empty")
     _check_trainable(onx, weights)
     return list(weights)
+
+
+def _warn_merged_parameters(onx: onnx.ModelProto, weights: list[str]) -> None:
+    """Warn when torch's exporter may have merged parameters of equal values (LayerNorm's
+    ones and zeros as initialised) into one initializer: a weight of constant values read
+    by several nodes, directly or through Identity nodes. Trained, they stay tied, unlike
+    the module's."""
+    if not exported_by_torch(onx):
+        return
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in onx.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    values = {i.name: i for i in onx.graph.initializer}
+    for name in weights:
+        nodes = [
+            reader
+            for node in readers.get(name, [])
+            for reader in (
+                readers.get(node.output[0], []) if node.op_type == "Identity" else [node]
+            )
+        ]
+        value = numpy_helper.to_array(values[name])
+        if len(nodes) > 1 and value.size > 1 and np.all(value == value.flat[0]):
+            warnings.warn(
+                f"weight {name!r} holds one value repeated and {len(nodes)} nodes read it: if "
+                f"these are distinct parameters of the module, torch's exporter merged them "
+                f"for their equal values and they train as one; export with "
+                f"keep_initializers_as_inputs=True (dynamo=False) or optimize=False "
+                f"(dynamo=True) to keep them apart",
+                UserWarning,
+                stacklevel=3,
+            )
+            return
 
 
 def _check_trainable(onx: onnx.ModelProto, weights: list[str]) -> None:

@@ -19,6 +19,11 @@ def _cast(ctx, node, g):
     return [g[0]]  # float to float only: non-float inputs get no gradient anyway
 
 
+@rule("CastLike")
+def _cast_like(ctx, node, g):
+    return [g[0], None]  # the second input gives the type only
+
+
 @rule("Dropout")
 def _dropout(ctx, node, g):
     return [g[0], None]
