@@ -437,6 +437,24 @@ def test_profile_covers_the_epoch_loop_and_the_page_shows_it(tmp_path):
         assert (run / target).is_file(), target
 
 
+def test_the_window_holds_steps_only_where_the_fit_times_its_threads(tmp_path, monkeypatch):
+    """At batch 256 the tutorial MLP's fused step is timed on one thread and on the pool
+    over a few batches as the fit builds it: those runs are no steps, and the session left
+    aside has the kept one's label. The window has one run per step and one per epoch
+    (its losses), every phase within the step."""
+    from ortbench.training.estimators.params import ONE_THREAD_WORK, TIMED_THREADS_WORK
+
+    assert ONE_THREAD_WORK < 256 * 5571 < TIMED_THREADS_WORK  # the fit times both
+    monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)
+    argv = ["profile", "ort-portable-full", "--batch-size", "256", "--epochs", "3"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    text = (run / "profile-ort-portable-full" / "steps.md").read_text()
+    assert f"24 steps after warm-up, {(24 + 3) / 24:g} onnxruntime runs per step." in text
+    shares = [float(x) for x in re.findall(r"\| ([\d.]+)% \|", text)]
+    assert len(shares) == 3 and sum(shares) == pytest.approx(100, abs=0.2), text
+
+
 @pytest.mark.training_build
 def test_profile_page_says_why_there_is_no_flame_graph(tmp_path, monkeypatch):
     monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)

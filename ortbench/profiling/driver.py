@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..bench.contenders import make_contender
+from ..bench.contenders.base import Contender
+from ..bench.contenders.ort import OrtContender
 from ..bench.instructions import WARM_FITS, count_here
 from ..bench.matrix import BenchConfig, Cell
 from ..bench.problems import batch_data_sizes, make_problem
@@ -105,6 +107,7 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
     stages = 4 if client is None else 5
     log(f"[1/{stages}] timing steps without a profiler")
     plain = contender().fit(WARMUP_EPOCHS)
+    threads = _chosen_threads(plain)
     epoch_seconds = min(plain.time_fit(1) for _ in range(MIN_EPOCHS))  # the least disturbed
     epochs = request.epochs or steady_epochs(epoch_seconds)
     runtime_epochs = min(epochs, math.ceil(RUNTIME_STEPS / per_epoch))
@@ -152,7 +155,7 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
     log(f"[3/{stages}] onnxruntime's profiler over the first steady epochs")
     notes.append(
         _runtime_profile(
-            contender,
+            lambda: _on_threads(contender(), threads),
             per_epoch,
             runtime_epochs,
             plain_seconds,
@@ -195,6 +198,25 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
         notes.append(_instruction_profile(request, runtime_epochs, client, folder, info))
         save()
     return folder
+
+
+def _chosen_threads(cell: Contender) -> tuple[int | None, ...]:
+    """The intra-op threads the engine's trainer of ``cell`` chose (``intra_op_threads_``),
+    as a one-value tuple; empty for any other contender."""
+    return (cell.trainer.intra_op_threads_,) if isinstance(cell, OrtContender) else ()
+
+
+def _on_threads(cell: Contender, threads: tuple[int | None, ...]) -> Contender:
+    """``cell`` set to build its sessions on ``threads`` (:func:`_chosen_threads`).
+
+    Between :data:`~ortbench.training.estimators.params.ONE_THREAD_WORK` and
+    :data:`~ortbench.training.estimators.params.TIMED_THREADS_WORK`, a fit builds its
+    sessions twice and times a few batches on each before training: those runs are not
+    steps, and the session left aside would write a profile under the same label. Under
+    onnxruntime's profiler the trainer builds once, on the threads the first fit chose."""
+    if threads:
+        cell.intra_op_threads = threads[0]
+    return cell
 
 
 def steady_epochs(epoch_seconds: float) -> int:
