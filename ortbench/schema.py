@@ -161,3 +161,5 @@ def builtin_task(name: str) -> str | None:
 PROFILE_JSON = "profile.json"
 #: The trainers' epoch loop: the flame graph's share under it is reported.
 EPOCH_LOOP = "_run_epoch"
+#: A flame graph of fewer samples is too coarse to read shares from: the profile says so.
+MIN_FLAME_SAMPLES = 50

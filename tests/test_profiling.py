@@ -8,6 +8,7 @@ import json
 import math
 import re
 import sys
+import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 from xml.etree import ElementTree
@@ -27,6 +28,7 @@ from ortbench.profiling.steps import PHASES, steps_markdown
 from ortbench.report.plots import coinciding
 from ortbench.report.profile_page import calltree_html
 from ortbench.report.units import round_to_noise
+from ortbench.schema import MIN_FLAME_SAMPLES
 from ortbench.training import ForwardBackwardTrainer, FullTrainer, LearningRateSGD
 from ortbench.training.runtime import sessions
 from ortbench.training.runtime.sessions import profiled_sessions
@@ -220,35 +222,73 @@ def test_py_spy_samples_only_the_part_after_ready(tmp_path):
     assert "spin_in_ortbench" in text and "short_path" in text
     assert "spin_while_building" not in text  # sampling starts at "ready"
     assert str(tmp_path) not in text  # the title names no folder of this machine
-    speedscope = tmp_path / "profile.speedscope.json"
-    assert pyspy.share_under(speedscope, "spin_in_ortbench") > 0.6
-    assert pyspy.share_under(speedscope, "spin_while_building") == 0
+    svg = tmp_path / "flamegraph.svg"
+    assert pyspy.share_under(svg, "spin_in_ortbench") > 0.6
+    assert pyspy.share_under(svg, "spin_while_building") == 0
+    # the graph's own count, the one its root frame's title gives
+    (total,) = re.findall(r"<title>all \((\d+) samples", svg.read_text())
+    assert pyspy.samples(svg) == int(total) > 50
 
 
-def write_speedscope(path: Path, stacks: list[list[str]], weights: list[float]) -> Path:
-    names = sorted({name for stack in stacks for name in stack})
-    frames = [{"name": name, "file": "x.py", "line": 1} for name in names]
-    samples = [[names.index(name) for name in stack] for stack in stacks]
-    data = {
-        "shared": {"frames": frames},
-        "profiles": [{"type": "sampled", "samples": samples, "weights": weights}],
-    }
-    path.write_text(json.dumps(data))
+def test_py_spy_samples_a_run_that_waits(tmp_path):
+    """A step that waits on another thread (JAX for its compiled computation) spends the
+    step's time too: its samples are in the graph."""
+    script = tmp_path / "wait.py"
+    script.write_text(
+        "import sys, threading\n"
+        "def wait_for_the_step():\n"
+        "    threading.Event().wait(1.0)\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "wait_for_the_step()\n"
+        "print('done', flush=True)\n"
+    )
+    assert pyspy.record([sys.executable, str(script)], tmp_path) is None
+    svg = tmp_path / "flamegraph.svg"
+    assert pyspy.samples(svg) > 100
+    assert pyspy.share_under(svg, "wait_for_the_step") > 0.8
+
+
+def write_flame_graph(path: Path, frames: list[tuple[str, int, int, int]]) -> Path:
+    """A flame graph in py-spy's layout: one ``<g>`` per frame, its title the function and
+    its rectangle's ``fg:x`` and ``fg:w`` the first sample and the samples it spans."""
+    groups = "".join(
+        f"<g><title>{name} (x.py:1) ({width} samples)</title><rect x='0' y='{16 * depth}' "
+        f"width='1' height='15' fg:x='{start}' fg:w='{width}'/></g>"
+        for name, depth, start, width in frames
+    )
+    path.write_text(
+        "<svg xmlns='http://www.w3.org/2000/svg' xmlns:fg='http://github.com/jonhoo/inferno'>"
+        f"<g id='frames'>{groups}</g></svg>"
+    )
     return path
 
 
-def test_share_under_a_function_counts_weighted_samples(tmp_path):
-    stacks = [
-        ["main", "BaseTrainer.fit", "ForwardBackwardTrainer._run_epoch", "run"],
-        ["main", "BaseTrainer.fit", "FullTrainer._run_epoch"],
-        ["main", "BaseTrainer.fit", "BatchLoader.epoch"],
-        ["main", "import"],
+def test_share_under_a_function_counts_its_samples_once():
+    """Samples 0-2 under ForwardBackwardTrainer._run_epoch, 3 under FullTrainer's, 4-5
+    under BatchLoader.epoch, 6-9 elsewhere; a recursive function's nested frames count
+    once."""
+    frames = [
+        ("all", 0, 0, 10),
+        ("main", 1, 0, 10),
+        ("BaseTrainer.fit", 2, 0, 6),
+        ("ForwardBackwardTrainer._run_epoch", 3, 0, 3),
+        ("run", 4, 0, 3),
+        ("FullTrainer._run_epoch", 3, 3, 1),
+        ("BatchLoader.epoch", 3, 4, 2),
+        ("recurse", 2, 6, 3),
+        ("recurse", 3, 6, 2),
+        ("recurse", 4, 6, 1),
+        ("import", 2, 9, 1),
     ]
-    path = write_speedscope(tmp_path / "s.json", stacks, [3.0, 1.0, 2.0, 4.0])
-    assert pyspy.share_under(path, "_run_epoch") == pytest.approx(0.4)
-    assert pyspy.share_under(path, "fit") == pytest.approx(0.6)
-    assert pyspy.share_under(path, "epoch") == pytest.approx(0.2)  # not "_run_epoch"
-    assert pyspy.share_under(path, "absent") == 0
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_flame_graph(Path(folder) / "flamegraph.svg", frames)
+        assert pyspy.samples(path) == 10
+        assert pyspy.share_under(path, "_run_epoch") == pytest.approx(0.4)
+        assert pyspy.share_under(path, "fit") == pytest.approx(0.6)
+        assert pyspy.share_under(path, "epoch") == pytest.approx(0.2)  # not "_run_epoch"
+        assert pyspy.share_under(path, "recurse") == pytest.approx(0.3)
+        assert pyspy.share_under(path, "absent") == 0
 
 
 def test_py_spy_failures_are_one_line(tmp_path):
@@ -416,15 +456,16 @@ def test_profile_covers_the_epoch_loop_and_the_page_shows_it(tmp_path):
     assert [numbers(x) for x in lines_by_name(steady)["_run_epoch"]] == [(150, 150)]
     assert "_build" not in lines_by_name(steady) and "_build" in lines_by_name(build)
     # the flame graph: the steady epochs, most samples under the epoch loop
-    share = pyspy.share_under(folder / "profile.speedscope.json", "_run_epoch")
+    share = pyspy.share_under(folder / "flamegraph.svg", "_run_epoch")
     assert share >= 0.8, share
-    assert pyspy.share_under(folder / "profile.speedscope.json", "_build") == 0
+    assert pyspy.share_under(folder / "flamegraph.svg", "_build") == 0
     page = (run / "index.html").read_text()
     assert (
         "<object class='flamegraph' type='image/svg+xml' data='profile-ort-fwbw/flamegraph.svg'"
         in page
     )
-    assert f"{share:.0%} of the samples are under" in page
+    samples = pyspy.samples(folder / "flamegraph.svg")
+    assert f"{share:.0%} of the {samples} samples are under" in page
     assert "the same steady window, 150 epochs after the build" in page
     titles = headings(page)
     assert not [a for a, b in itertools.pairwise(titles) if a == b], titles  # no doubled heading
@@ -453,6 +494,20 @@ def test_the_window_holds_steps_only_where_the_fit_times_its_threads(tmp_path, m
     assert f"24 steps after warm-up, {(24 + 3) / 24:g} onnxruntime runs per step." in text
     shares = [float(x) for x in re.findall(r"\| ([\d.]+)% \|", text)]
     assert len(shares) == 3 and sum(shares) == pytest.approx(100, abs=0.2), text
+
+
+def test_a_flame_graph_of_a_few_samples_says_so(tmp_path):
+    """One epoch of the tutorial MLP lasts a few milliseconds: py-spy's graph of it holds
+    a handful of samples, and the notes and the page say it is too coarse to read."""
+    argv = ["profile", "ort-portable-full", "--batch-size", "15", "--epochs", "1"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    folder = run / "profile-ort-portable-full"
+    count = pyspy.samples(folder / "flamegraph.svg")
+    assert count < MIN_FLAME_SAMPLES
+    assert f"only {count} sample" in (folder / "profile.md").read_text()
+    page = (run / "index.html").read_text()
+    assert f"Only {count} sample" in page and "too few to read" in page
 
 
 @pytest.mark.training_build

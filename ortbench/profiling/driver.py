@@ -34,7 +34,7 @@ from ..bench.timing import SHORT_EPOCHS
 from ..bench.user_model import UserFiles
 from ..errors import OrtBenchError
 from ..report.units import plural
-from ..schema import EPOCH_LOOP, PER_STEP, PROFILE_JSON
+from ..schema import EPOCH_LOOP, MIN_FLAME_SAMPLES, PER_STEP, PROFILE_JSON
 from ..training.runtime.sessions import profiled_sessions
 from . import ort_profile, pyspy
 from .callgrind import instructions_markdown, read_instructions
@@ -183,14 +183,7 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
     if info["flamegraph_problem"]:
         notes.append(f"py-spy: no flame graph: {info['flamegraph_problem']}")
     else:
-        share = pyspy.share_under(folder / "profile.speedscope.json", EPOCH_LOOP)
-        info["epoch_loop_share"] = share or None  # None: not one of ortbench's trainers
-        notes.append(
-            f"py-spy: flamegraph.svg, profile.speedscope.json; {share:.0%} of the samples "
-            f"are under the epoch loop (`{EPOCH_LOOP}`)."
-            if share
-            else "py-spy: flamegraph.svg, profile.speedscope.json."
-        )
+        notes.append(_flame_graph_note(folder / "flamegraph.svg", info))
     save()
 
     if client is not None:
@@ -198,6 +191,21 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
         notes.append(_instruction_profile(request, runtime_epochs, client, folder, info))
         save()
     return folder
+
+
+def _flame_graph_note(svg: Path, info: dict) -> str:
+    """The note's line on py-spy's flame graph: its samples and the share of them under
+    the trainers' epoch loop, or that they are too few to read (into ``info`` too)."""
+    count = info["flamegraph_samples"] = pyspy.samples(svg)
+    if count < MIN_FLAME_SAMPLES:
+        return (
+            f"py-spy: flamegraph.svg, profile.speedscope.json; only {plural(count, 'sample')}, "
+            f"too few to read: profile more epochs (--epochs)."
+        )
+    share = pyspy.share_under(svg, EPOCH_LOOP)
+    info["epoch_loop_share"] = share or None  # None: not one of ortbench's trainers
+    under = f"; {share:.0%} of them under the epoch loop (`{EPOCH_LOOP}`)" if share else ""
+    return f"py-spy: flamegraph.svg ({count} samples){under}, profile.speedscope.json."
 
 
 def _chosen_threads(cell: Contender) -> tuple[int | None, ...]:

@@ -14,7 +14,6 @@ SYS_PTRACE) the caller gets one line saying so, not an exception.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -22,11 +21,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from xml.etree import ElementTree
 
 #: Output files and the py-spy format that writes each.
 OUTPUTS = {"flamegraph.svg": "flamegraph", "profile.speedscope.json": "speedscope"}
 READY, DONE = "ready", "done"
 INSTALL = "pip install -r requirements.txt (or pip install py-spy)"
+#: The namespaces of the flame graph's elements and of its frames' sample attributes
+#: (``fg:x``, the frame's first sample, and ``fg:w``, its samples).
+_SVG, _FG = "{http://www.w3.org/2000/svg}", "{http://github.com/jonhoo/inferno}"
 
 
 def find_py_spy() -> str | None:
@@ -96,7 +99,8 @@ def _record_once(
                 return f"the profiled run failed before its steady part: {reason}"
             try:
                 # the flame graph's title is py-spy's command line: no path of this machine
-                arguments = f"py-spy record --pid {run.pid} -o {out.name} -f {fmt} -r {rate}"
+                # --idle: a thread waiting (JAX for its compiled step) spends the step too
+                arguments = f"py-spy record --pid {run.pid} -o {out.name} -f {fmt} -r {rate} --idle"
                 spy = subprocess.Popen(
                     arguments.split(),
                     executable=exe,
@@ -134,31 +138,45 @@ def _record_once(
     return None
 
 
-def share_under(speedscope: Path, function: str) -> float:
-    """Share of the samples of a py-spy speedscope file whose stack holds ``function``.
+def _frames(svg: Path) -> list[tuple[str, int, int]]:
+    """The frames of a py-spy flame graph: (function, first sample, samples), the
+    function without its class (py-spy names methods ``Class.method``)."""
+    frames = []
+    for group in ElementTree.parse(svg).getroot().iter(f"{_SVG}g"):
+        title, rect = group.find(f"{_SVG}title"), group.find(f"{_SVG}rect")
+        if title is None or rect is None or rect.get(f"{_FG}w") is None:
+            continue
+        name = title.text.split(" (", 1)[0].rsplit(".", 1)[-1]
+        frames.append((name, int(rect.get(f"{_FG}x")), int(rect.get(f"{_FG}w"))))
+    return frames
+
+
+def samples(svg: Path) -> int:
+    """How many samples a py-spy flame graph holds."""
+    return max((start + width for _, start, width in _frames(svg)), default=0)
+
+
+def share_under(svg: Path, function: str) -> float:
+    """Share of the samples of a py-spy flame graph whose stack holds ``function``.
 
     Parameters
     ----------
-    speedscope : Path
-        A ``profile.speedscope.json`` py-spy wrote.
+    svg : Path
+        A ``flamegraph.svg`` py-spy wrote: the graph the share describes.
     function : str
         A function or method name (a method matches in any class).
 
     Returns
     -------
     float
-        Samples under ``function`` over all samples, every thread counted (0 if none).
+        Samples under ``function`` over all samples (0 if none).
     """
-    data = json.loads(Path(speedscope).read_text(encoding="utf-8"))
-    # py-spy names methods Class.method
-    names = [frame["name"].rsplit(".", 1)[-1] for frame in data["shared"]["frames"]]
-    under = total = 0.0
-    for thread in data["profiles"]:
-        weights = thread.get("weights") or [1.0] * len(thread["samples"])
-        for stack, weight in zip(thread["samples"], weights):
-            total += weight
-            if any(names[k] == function for k in stack):
-                under += weight
+    frames = _frames(svg)
+    total = max((start + width for _, start, width in frames), default=0)
+    under, reached = 0, 0  # the samples' union: a recursive call's frames nest
+    for _, start, width in sorted(f for f in frames if f[0] == function):
+        under += max(start + width - max(start, reached), 0)
+        reached = max(reached, start + width)
     return under / total if total else 0.0
 
 

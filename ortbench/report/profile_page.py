@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from ..schema import EPOCH_LOOP, PROFILE_JSON
+from ..schema import EPOCH_LOOP, MIN_FLAME_SAMPLES, PROFILE_JSON
 from .markdown import markdown_to_html
 from .units import plural
 
@@ -111,13 +111,20 @@ def _flame_graph(folder: Path, run_dir: Path, info: dict) -> str:
         return (
             f"{title}<p class='missing'><strong>No flame graph:</strong> {html.escape(reason)}.</p>"
         )
-    share = info.get("epoch_loop_share")
-    note = (
-        f"<p>{share:.0%} of the samples are under the trainers' epoch loop "
-        f"(<code>{EPOCH_LOOP}</code>). Click a frame to zoom, Ctrl+F to search.</p>"
-        if share is not None
-        else ""
-    )
+    share, count = info.get("epoch_loop_share"), info.get("flamegraph_samples")
+    if count is not None and count < MIN_FLAME_SAMPLES:
+        note = (
+            f"<p class='missing'>Only {plural(count, 'sample')}: too few to read; profile "
+            "more epochs (<code>--epochs</code>).</p>"
+        )
+    elif share is not None:
+        note = (
+            f"<p>{share:.0%} of the {f'{count} ' if count else ''}samples are under the "
+            f"trainers' epoch loop "
+            f"(<code>{EPOCH_LOOP}</code>). Click a frame to zoom, Ctrl+F to search.</p>"
+        )
+    else:
+        note = ""
     source = html.escape(svg.relative_to(run_dir).as_posix())
     height = re.search(r'<svg[^>]*\sheight="(\d+)', svg.read_text(encoding="utf-8"))
     style = f" style='height: {int(height.group(1)) + 8}px'" if height else ""
