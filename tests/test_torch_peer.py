@@ -147,12 +147,17 @@ def attention_problem(folder, module, export_options):
 
 
 def assert_every_contender_follows(problem, expected):
-    """The engine's full and forward/backward contenders and the torch peer, 3 epochs."""
+    """The engine's full and forward/backward contenders, the torch peer and JAX's where
+    jax is installed, 3 epochs."""
+    import importlib.util
+
     from ortbench.training.runtime.build import runtime_problem
 
     names = ["ort-portable-full", "ort-portable-fwbw", "torch-sgd"]
     if runtime_problem() is None:
         names += ["ort-full", "ort-fwbw"]
+    if importlib.util.find_spec("jax") is not None:
+        names.append("jax-sgd")
     for name in names:
         contender = make_contender(name, problem, 16, shuffle=False).fit(3)
         np.testing.assert_allclose(contender.loss_curve_, expected, rtol=3e-6, err_msg=name)
