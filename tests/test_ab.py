@@ -638,6 +638,37 @@ def test_the_workers_start_together_end_together_and_a_failed_start_closes_the_o
     assert [n for e, n in events if e == "close"] == [BASE]
 
 
+def test_a_base_that_fails_every_cell_compares_nothing(tmp_path, capsys, monkeypatch):
+    """An old commit whose code cannot run the matrix: its cells errored in BASE only,
+    each "improved", but nothing was measured on both sides, so no verdict of "No
+    regression" and the status of nothing to compare (3), not success."""
+
+    class Failing(FakeSide):
+        def request(self, command: str, **fields) -> dict:
+            if command == "prepare":
+                return {"status": "failed: AttributeError: 'Problem' object has no attribute"}
+            return super().request(command, **fields)
+
+    @contextlib.contextmanager
+    def fake_workers(folder, sides, worker):
+        log: list = []
+        yield {BASE: Failing(BASE, log, 1.0), HEAD: FakeSide(HEAD, log, 1.0)}
+
+    def fake_checkout(ref, cache, log):
+        return Checkout(ref, tmp_path, sys.executable, "this interpreter", "0" * 40)
+
+    monkeypatch.setattr("ortbench.commands.ab.checkout", fake_checkout)
+    monkeypatch.setattr("ortbench.commands.ab.started", fake_workers)
+    argv = ["ab", "HEAD~1", "HEAD", "--contenders", "ort-full", "ort-fwbw", "--problem", "mlp"]
+    argv += ["--batch-sizes", "15", "--devices", "cpu", "--epochs", "2", "--repeat", "14"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 3
+    (folder,) = (tmp_path / "out").iterdir()
+    report = (folder / "ab.md").read_text(encoding="utf-8")
+    assert report.splitlines()[0] == "## A/B benchmarks: Nothing measured on both sides"
+    assert report.count("errored in BASE only") == 3 * 2  # time and two counters a cell
+    assert "no cell was measured on both sides" in capsys.readouterr().err
+
+
 def test_a_ref_outside_a_git_repository_says_where_to_run(tmp_path, capsys, monkeypatch):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -281,10 +281,12 @@ def verdict(
     text = ab_markdown(comparison) + (f"\n{note}\n" if note else "")
     (folder / AB_MD).write_text(text, encoding="utf-8")
     print(text)
-    if comparison.compared == 0:
-        log("nothing to compare: no cell ran on both sides")
+    if comparison.failing:
+        return EXIT_FAILING
+    if comparison.measured == 0:
+        log(f"nothing to compare: no cell was measured on both sides (see {AB_MD})")
         return EXIT_NOTHING
-    return EXIT_FAILING if comparison.failing else 0
+    return 0
 
 
 def add(commands: argparse._SubParsersAction, matrix: argparse.ArgumentParser) -> None:

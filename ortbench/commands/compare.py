@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     if comparison.inconclusive:
         print("ortbench: inconclusive: re-run with ortbench ab", file=sys.stderr)
         return EXIT_INCONCLUSIVE
+    if not comparison.failing and comparison.measured == 0:
+        print("ortbench: nothing to compare: no benchmark was measured on both sides",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_NOTHING
     return EXIT_FAILING if comparison.failing else 0
 
 

@@ -67,7 +67,7 @@ def comparison_html(comparison: Comparison) -> str:
     """The page of :func:`write_comparison_html`, as a string."""
     counts = comparison.counts()
     tally = ", ".join(f"{counts[v]} {v}" for v in ORDER if counts[v]) or "nothing compared"
-    headline = "Regressions found" if comparison.failing else "No regression"
+    headline = comparison.headline
     flagged = [v for v in comparison.verdicts if v.verdict != UNCHANGED]
     unchanged = [v for v in comparison.verdicts if v.verdict == UNCHANGED]
     parts = [

@@ -408,7 +408,7 @@ INSTRUCTIONS_NOTE = (
 def _headline(comparison: Comparison) -> str:
     """The report's verdict; an interrupted run's says so first, and gives no verdict of
     "No regression": the cells it did not run could hold one."""
-    found = "Regressions found" if comparison.failing else "No regression"
+    found = comparison.headline
     if not comparison.interrupted:
         return found
     stopped = f"Interrupted, {plural(len(comparison.not_run), 'cell')} not run"

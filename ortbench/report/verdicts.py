@@ -101,6 +101,18 @@ class Comparison:
         """How many pairs appear on both sides."""
         return sum(v.before is not None and v.after is not None for v in self.verdicts)
 
+    @property
+    def measured(self) -> int:
+        """How many pairs both sides measured (not errored, skipped or not run)."""
+        return sum(v.ratio is not None for v in self.verdicts)
+
+    @property
+    def headline(self) -> str:
+        """The report's verdict in a few words."""
+        if self.failing:
+            return "Regressions found"
+        return "No regression" if self.measured else "Nothing measured on both sides"
+
 
 def _ratio(before: float, after: float) -> float:
     if before == 0:
@@ -269,7 +281,7 @@ def comparison_markdown(comparison: Comparison) -> str:
     """A report that reads as a pull-request comment and as a CI artifact."""
     counts = comparison.counts()
     tally = ", ".join(f"{counts[v]} {v}" for v in ORDER if counts[v])
-    headline = "Regressions found" if comparison.failing else "No regression"
+    headline = comparison.headline
     drift = comparison.drift
     lines = [drift.describe()] if drift is not None and drift.moved else []
     same = ["", SAME_RUN] if comparison.same_run else []
