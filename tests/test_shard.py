@@ -239,14 +239,32 @@ def test_merged_bench_shards_report_as_the_unsharded_run(bench_run, tmp_path, ca
     write_reports(merged)
     for name in ("summary.md", "index.html", RESULTS_CSV, LOSS_CURVES_CSV):
         assert (merged / name).read_text() == (run / name).read_text(), name
-    # the command: same summary (but the run id), same exit status
-    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "out")]) == 0
+    # the command: same summary (but the run id), same exit status (a loaded machine can
+    # leave a cell unstable: bench's rule then exits 1)
+    status = int(any(r["status"] != "ok" for r in read_records(run)))
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "out")]) == status
     (folder,) = (tmp_path / "out").iterdir()
     summary = (folder / "summary.md").read_text()
     assert summary == (run / "summary.md").read_text().replace(run.name, folder.name)
     assert summary in capsys.readouterr().out
     assert (folder / "seconds_per_step.png").exists()
     assert main(["report", str(folder)]) == 0  # renders again without running anything
+
+
+def test_merged_bench_shards_with_a_failed_cell_exit_as_bench_does(bench_run, tmp_path, capsys):
+    """A failed cell in one shard: the merge exits 1 as the unsharded bench would, and 0
+    with --keep-going."""
+    config, run = bench_run
+    copy = tmp_path / "run" / run.name
+    shutil.copytree(run, copy)
+    records = read_records(copy)
+    records[-1]["status"] = "failed: RuntimeError: boom"
+    (copy / RESULTS_JSONL).write_text("".join(json.dumps(r) + "\n" for r in records))
+    shards = split_run(copy, tmp_path / "shards", "bench", config, 2)
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "out")]) == 1
+    assert "ortbench merge: 1 cell failed or unstable" in capsys.readouterr().err
+    argv = ["merge", *map(str, shards), "--out", str(tmp_path / "kept"), "--keep-going"]
+    assert main(argv) == 0
 
 
 def refused(argv: list[str], capsys) -> str:

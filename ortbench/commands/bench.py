@@ -251,15 +251,27 @@ def run(args: argparse.Namespace) -> int:
         f"ortbench bench: {folder / SUMMARY_MD} and plots written in {elapsed:.0f}s",
         file=sys.stderr,
     )
+    return cells_status(folder, args.keep_going, "bench")
+
+
+def cells_status(folder: Path, keep_going: bool, command: str) -> int:
+    """The exit status of a finished bench run folder: 1 when a cell failed or was
+    unstable (0 with ``keep_going``), else 0.
+
+    Raises
+    ------
+    OrtBenchError
+        When every cell was unavailable (a usage error: nothing could run).
+    """
     statuses = [record["status"] for record in read_records(folder)]
     if not any(s == "ok" or s.startswith((UNSTABLE, "failed")) for s in statuses):
         # every cell unavailable once built (a failed cell is a failure: exit 1 below)
         raise OrtBenchError(f"no cell could run ({statuses[0] if statuses else 'no cells'})")
     bad = [s for s in statuses if s.startswith(("failed", UNSTABLE))]
-    if bad and not args.keep_going:
+    if bad and not keep_going:
         print(
-            f"ortbench bench: {len(bad)} cells failed or unstable (see {folder / SUMMARY_MD}); "
-            "--keep-going exits 0 on them",
+            f"ortbench {command}: {plural(len(bad), 'cell')} failed or unstable (see "
+            f"{folder / SUMMARY_MD}); --keep-going exits 0 on them",
             file=sys.stderr,
         )
         return EXIT_FAILING

@@ -10,13 +10,14 @@ import sys
 from ..bench.ab import AB_JSON, side_label
 from ..bench.matrix import run_id_now
 from ..bench.merge import merge_runs
-from ..bench.store import create_run_folder, read_records
+from ..bench.store import create_run_folder
 from ..errors import OrtBenchError
 from ..report.html import write_reports
 from ..report.instruction_verdicts import THRESHOLD as INSTRUCTIONS_THRESHOLD
 from ..schema import SIDES
 from . import RUNTIME_COMMANDS
 from .ab import verdict
+from .bench import cells_status
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,10 +49,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return verdict(folder, labels, thresholds, log, note)
     print(write_reports(folder))
-    statuses = [record["status"] for record in read_records(folder)]
-    if "ok" not in statuses:
-        raise OrtBenchError(f"no cell could run ({statuses[0] if statuses else 'no cells'})")
-    return 0
+    return cells_status(folder, args.keep_going, "merge")
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -66,4 +64,9 @@ def add(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="one per shard")
     parser.add_argument("--out", default="reports", help="parent folder of the merged folder")
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="bench shards: exit 0 even when cells failed or were unstable (default: exit 1)",
+    )
     parser.set_defaults(func=run)
