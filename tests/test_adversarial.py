@@ -137,6 +137,24 @@ def test_compare_does_not_take_the_place_of_a_runs_own_report(tmp_path, capsys, 
     assert main(["compare", str(run), str(run), option, str(tmp_path / name)]) == 0
 
 
+@pytest.mark.parametrize("name", [RESULTS_CSV, "summary.md"])
+@pytest.mark.parametrize("option", ["--out", "--html"])
+def test_compare_never_writes_through_a_link_to_a_run_s_file(tmp_path, capsys, name, option):
+    """A link elsewhere that names a run's data file or its own report writes into that
+    file: refused as the file itself is, the message naming both."""
+    run = _run_folder(tmp_path / "run")
+    assert main(["report", str(run)]) == 0
+    target = run / name
+    link = tmp_path / "report.md"
+    link.symlink_to(target)
+    before = _digest(target)
+    capsys.readouterr()
+    assert main(["compare", str(run), str(run), option, str(link)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ortbench: error: cannot use {option} {link} (a link to {target}): ")
+    assert len(err.splitlines()) == 1 and _digest(target) == before
+
+
 @pytest.mark.parametrize("command", [["bench", "--quick"], ["profile", "ort-fwbw"]])
 def test_bench_and_profile_out_refuse_a_run_data_file(tmp_path, capsys, command):
     target = _run_folder(tmp_path / "run") / RESULTS_CSV

@@ -63,12 +63,13 @@ def _json_value(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def _not_run_data(path: Path, option: str) -> None:
-    """Refuse an output path that is an existing run data file (:data:`RUN_DATA_FILES`)."""
+def _not_run_data(path: Path, option: str, named: str | Path | None = None) -> None:
+    """Refuse an output path that is an existing run data file (:data:`RUN_DATA_FILES`),
+    ``named`` as the user gave it (by default ``path``)."""
     if path.is_file() and any(fnmatch.fnmatch(path.name, p) for p in RUN_DATA_FILES):
         raise OrtBenchError(
-            f"cannot use {option} {path}: it is a run's data file, which ortbench never "
-            f"writes over; choose another path"
+            f"cannot use {option} {named or path}: it is a run's data file, which ortbench "
+            f"never writes over; choose another path"
         )
 
 
@@ -104,12 +105,14 @@ def usable_file(path: str | Path, option: str = "--out") -> Path:
         writable.
     """
     path = Path(path)
-    _not_run_data(path, option)
+    target = path.resolve()  # a link writes into the file it names: that file is checked
+    named = path if target == path.absolute() else f"{path} (a link to {target})"
+    _not_run_data(target, option, named)
     parent = path.parent
-    if path.name in RUN_REPORTS and is_run_folder(parent):
+    if target.name in RUN_REPORTS and is_run_folder(target.parent):
         raise OrtBenchError(
-            f"cannot use {option} {path}: it is the run's own report (ortbench report writes "
-            "it); choose another path"
+            f"cannot use {option} {named}: it is the run's own report (ortbench report "
+            "writes it); choose another path"
         )
     if path.is_dir():
         raise OrtBenchError(f"cannot use {option} {path}: it is a folder")
