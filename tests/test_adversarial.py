@@ -155,6 +155,20 @@ def test_compare_never_writes_through_a_link_to_a_run_s_file(tmp_path, capsys, n
     assert len(err.splitlines()) == 1 and _digest(target) == before
 
 
+@pytest.mark.parametrize("text", ["garbage\n", "a,b\n1,2\n", "\xff\xfe\n"])
+def test_report_of_damaged_loss_curves_is_one_line(tmp_path, capsys, text):
+    """A damaged ``loss_curves.csv``: one line naming it and the way out (deleting it
+    reports the run without its curves)."""
+    run = _run_folder(tmp_path / "run")
+    (run / "loss_curves.csv").write_bytes(text.encode("latin-1"))
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ortbench: error: {run / 'loss_curves.csv'} is not ortbench's loss")
+    assert len(err.splitlines()) == 1
+    (run / "loss_curves.csv").unlink()
+    assert main(["report", str(run)]) == 0
+
+
 @pytest.mark.parametrize("command", [["bench", "--quick"], ["profile", "ort-fwbw"]])
 def test_bench_and_profile_out_refuse_a_run_data_file(tmp_path, capsys, command):
     target = _run_folder(tmp_path / "run") / RESULTS_CSV

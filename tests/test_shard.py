@@ -267,6 +267,27 @@ def test_merged_bench_shards_with_a_failed_cell_exit_as_bench_does(bench_run, tm
     assert main(argv) == 0
 
 
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        (LOSS_CURVES_CSV, "a,b\n1,2\n", "is not ortbench's loss curves (no column 'contender')"),
+        (LOSS_CURVES_CSV, "garbage\n", "is not ortbench's loss curves (no column 'contender')"),
+        ("calibration.json", "[1", "is not a calibration file"),
+    ],
+)
+def test_a_shard_with_a_damaged_file_is_refused_leaving_nothing(
+    bench_run, tmp_path, capsys, name, text, message
+):
+    """A shard whose loss curves or calibration cannot be read: one line naming the file,
+    found after the rows were merged, and the merged folder removed."""
+    config, run = bench_run
+    shards = split_run(run, tmp_path / "shards", "bench", config, 2)
+    (shards[1] / name).write_text(text)
+    line = refused(["merge", *map(str, shards), "--out", str(tmp_path / "o")], capsys)
+    assert message in line and str(shards[1] / name) in line
+    assert list((tmp_path / "o").iterdir()) == []
+
+
 def refused(argv: list[str], capsys) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -409,11 +409,31 @@ def _whole_counts(results: pd.DataFrame) -> None:
 
 
 def read_loss_curves(folder: str | Path) -> pd.DataFrame:
-    """The loss curves of a run folder (one row per cell and epoch)."""
+    """The loss curves of a run folder (one row per cell and epoch), empty without its
+    ``loss_curves.csv``.
+
+    Raises
+    ------
+    OrtBenchError
+        When the file is not a table with the cells' keys, ``epoch`` and ``loss``.
+    """
     path = Path(folder) / LOSS_CURVES_CSV
+    columns = [*KEYS, "epoch", "loss"]
     if not path.exists():
-        return pd.DataFrame(columns=[*KEYS, "epoch", "loss"])
-    return pd.read_csv(path)
+        return pd.DataFrame(columns=columns)
+    try:
+        table = pd.read_csv(path)
+    except (ValueError, UnicodeDecodeError) as e:  # pandas' parser and empty-data errors
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+    else:
+        missing = [c for c in columns if c not in table.columns]
+        if not missing:
+            return table
+        reason = f"no column {missing[0]!r}"
+    raise OrtBenchError(
+        f"{path} is not ortbench's loss curves ({reason}): restore it, or delete it to "
+        "report the run without its loss curves"
+    )
 
 
 def read_records(folder: str | Path) -> list[dict]:

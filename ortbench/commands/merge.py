@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 
 from ..bench.ab import AB_JSON, side_label
@@ -27,8 +28,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         merged = merge_runs(args.run_dirs, folder)
     except OrtBenchError:
-        if not any(folder.iterdir()):  # refused before writing: leave nothing behind
-            folder.rmdir()
+        shutil.rmtree(folder)  # its own new folder: a refused merge leaves nothing behind
         raise
     note = merged.machine_note()
     print(f"ortbench merge: {len(args.run_dirs)} shards merged into {folder}", file=sys.stderr)
