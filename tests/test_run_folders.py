@@ -261,9 +261,13 @@ def test_a_run_where_no_cell_can_run_fails_with_one_line_and_no_folder(tmp_path,
 
 
 @cpu_build_only
-def test_devices_none_of_which_answers_are_refused_before_any_work(tmp_path, capsys):
-    options = TINY.replace("--devices cpu", "--devices cuda")
-    assert main(["bench", *options.split(), "--out", str(tmp_path)]) == 2
+@pytest.mark.parametrize(
+    "command", [["bench", *TINY.split()], ["ab", ".", ".", *TINY.split()[:-3], "--repeat", "13"]]
+)
+def test_devices_none_of_which_answers_are_refused_before_any_work(tmp_path, capsys, command):
+    """bench, and ab, whose sides run on this machine too."""
+    argv = [c.replace("cpu", "cuda") for c in command]
+    assert main([*argv, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [
         "ortbench: error: --devices cuda: none answers on this machine, which has cpu: CUDA "

@@ -52,6 +52,7 @@ from . import EXIT_FAILING, EXIT_INTERRUPTED, EXIT_NOTHING, RUNTIME_COMMANDS
 from .bench import (
     LINE_EVERY,
     add_bench_only_options,
+    check_devices_answer,
     matrix_config,
     shard_todo,
     start_shard,
@@ -106,6 +107,7 @@ def ab_config(args: argparse.Namespace) -> BenchConfig:
         For a matrix that cannot run, or too few rounds.
     """
     config = replace(matrix_config(args), repeat=rounds(args))
+    check_devices_answer(config)
     if args.measure == "instructions" and args.epochs is None:
         config = replace(config, epochs=EPOCHS)
     if args.measure == "time" and (args.max_repeat or config.repeat) < config.repeat:

@@ -145,6 +145,24 @@ def _own_problems(args: argparse.Namespace, problems: tuple[str, ...]) -> dict:
     return {}
 
 
+def check_devices_answer(config: BenchConfig) -> None:
+    """Refuse a matrix none of whose devices answers on this machine (one absent among
+    others: its rows say so).
+
+    Raises
+    ------
+    OrtBenchError
+        Naming the devices the machine has and what CUDA needs.
+    """
+    here = available_devices()
+    if not set(config.devices) & set(here):
+        raise OrtBenchError(
+            f"--devices {' '.join(config.devices)}: none answers on this machine, which has "
+            f'{", ".join(here)}: CUDA needs the gpu extra (pip install ".[gpu]") and a '
+            "device its libraries load on"
+        )
+
+
 def check_some_cell_runs(config: BenchConfig) -> None:
     """Refuse a matrix none of whose cells can run, before its run folder exists.
 
@@ -218,13 +236,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the matrix and write its reports; 1 when a cell failed or was unstable (0 with
     ``--keep-going``), 130 when interrupted."""
     config = matrix_config(args)
-    here = available_devices()
-    if not set(config.devices) & set(here):  # one absent among others: its rows say so
-        raise OrtBenchError(
-            f"--devices {' '.join(config.devices)}: none answers on this machine, which has "
-            f'{", ".join(here)}: CUDA needs the gpu extra (pip install ".[gpu]") and a '
-            "device its libraries load on"
-        )
+    check_devices_answer(config)
     todo = shard_todo(args, config)
     check_some_cell_runs(config)
     folder = create_run_folder(args.out, run_id_now())
