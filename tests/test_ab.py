@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -636,6 +637,35 @@ def test_the_workers_start_together_end_together_and_a_failed_start_closes_the_o
     ):
         pytest.fail("the block ran without its HEAD worker")
     assert [n for e, n in events if e == "close"] == [BASE]
+
+
+def test_a_worker_interrupted_while_it_starts_leaves_no_process(tmp_path, monkeypatch):
+    """Ctrl-C while a worker starts (seconds under valgrind), before it answers: its
+    process is killed, not left running after ortbench exits."""
+    made, popen = [], subprocess.Popen
+
+    def recording(*args, **kwargs):
+        made.append(popen(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr("ortbench.bench.ab.subprocess.Popen", recording)
+    slow = tmp_path / "python"
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(0o755)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Worker(BASE, Checkout("slow", tmp_path, str(slow), "a slow one"), tmp_path / "log")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    (process,) = made
+    assert process.poll() is not None
 
 
 def test_a_base_that_fails_every_cell_compares_nothing(tmp_path, capsys, monkeypatch):

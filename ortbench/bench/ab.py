@@ -121,7 +121,12 @@ class Worker:
                 text=True,
                 preexec_fn=preexec_fn,
             )
-        hello = self.request("hello")
+        try:
+            hello = self.request("hello")
+        except BaseException:  # Ctrl-C while it starts (seconds under valgrind): no orphan
+            self.process.kill()
+            self.process.wait()
+            raise
         expected = side.tree / "ortbench"
         if "error" in hello or Path(hello["ortbench"]).resolve() != expected.resolve():
             self.close()
