@@ -529,12 +529,38 @@ def test_an_interrupted_profile_keeps_what_it_wrote(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(pyspy, "record", interrupt)
     argv = ["profile", "ort-fwbw", "--epochs", "1", "--out", str(tmp_path)]
     assert main(argv) == 130
-    assert "interrupted: what was profiled is kept in" in capsys.readouterr().err
+    assert "interrupted: the profilers that finished are kept in" in capsys.readouterr().err
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert (run / "profile-ort-fwbw" / "calltree.txt").stat().st_size > 0
     assert "Where a step goes" in (run / "index.html").read_text()
     assert "No flame graph" in (run / "index.html").read_text()
+    assert json.loads((run / "profile-ort-fwbw" / "profile.json").read_text())["interrupted"]
     assert main(["report", str(run)]) == 0  # a run folder like any other
+    assert "<strong>Interrupted</strong> (Ctrl-C or SIGTERM)" in (run / "index.html").read_text()
+
+
+def test_a_profile_stopped_by_sigterm_before_any_profiler_says_so(tmp_path):
+    """SIGTERM while the first profiler runs: exit 130 (as Ctrl-C), and a folder that
+    says it was interrupted, which ``ortbench report`` reads as any profile."""
+    import subprocess
+
+    command = [sys.executable, "-m", "ortbench", "profile", "ort-portable-full", "--epochs", "400"]
+    run = subprocess.Popen(
+        [*command, "--out", str(tmp_path)], stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    for line in run.stderr:
+        if line.startswith("[2/4]"):  # cProfile over the build, then the steady epochs
+            run.terminate()
+            break
+    rest = run.stderr.read()
+    assert run.wait(60) == 130, rest
+    assert "interrupted: the profilers that finished are kept in" in rest
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    profile = folder / "profile-ort-portable-full"
+    assert json.loads((profile / "profile.json").read_text())["interrupted"]
+    assert "Interrupted (Ctrl-C or SIGTERM)" in (profile / "profile.md").read_text()
+    assert main(["report", str(folder)]) == 0
+    assert "<strong>Interrupted</strong>" in (folder / "index.html").read_text()
 
 
 def test_call_tree_page_nests_details_heaviest_first():

@@ -10,6 +10,7 @@ from ..bench.checkouts import DEFAULT_CACHE
 from ..bench.contenders import CONTENDERS, unavailable_reason
 from ..bench.datasets import DATASETS
 from ..bench.instructions import client_library
+from ..bench.interruption import interruptible
 from ..bench.matrix import DEVICES, BenchConfig, run_id_now
 from ..bench.problems import (
     PROBLEMS,
@@ -23,7 +24,7 @@ from ..bench.problems import (
 from ..bench.store import create_run_folder, usable_folder
 from ..bench.user_model import UserFiles, load_user_problem
 from ..errors import OrtBenchError
-from ..profiling.driver import ProfileRequest, profile
+from ..profiling.driver import ProfileRequest, mark_interrupted, profile
 from ..report.html import write_index
 from ..schema import PROFILE_JSON
 from . import EXIT_INTERRUPTED, RUNTIME_COMMANDS
@@ -77,12 +78,17 @@ def run(args: argparse.Namespace) -> int:
     folder = create_run_folder(args.out, run_id_now())
     print(f"ortbench profile: writing {folder}", file=sys.stderr)
     try:
-        profile_folder = profile(
-            request, folder, log=lambda line: print(line, file=sys.stderr), client=client
-        )
+        with interruptible():  # SIGTERM too
+            profile_folder = profile(
+                request, folder, log=lambda line: print(line, file=sys.stderr), client=client
+            )
     except KeyboardInterrupt:
+        mark_interrupted(folder / f"profile-{request.contender}", request)
         write_index(folder)
-        print(f"\nortbench: interrupted: what was profiled is kept in {folder}", file=sys.stderr)
+        print(
+            f"\nortbench: interrupted: the profilers that finished are kept in {folder}",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     index = write_index(folder)
     print((profile_folder / "profile.md").read_text(encoding="utf-8"))

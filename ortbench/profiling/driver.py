@@ -227,6 +227,25 @@ def _on_threads(cell: Contender, threads: tuple[int | None, ...]) -> Contender:
     return cell
 
 
+def mark_interrupted(folder: Path, request: ProfileRequest) -> None:
+    """Say in the profile folder that a signal stopped the profile: ``profile.json`` gets
+    ``"interrupted": true`` (made from the request if no profiler finished) and
+    ``profile.md`` a line, so that the page and ``ortbench report`` tell it from a whole
+    profile."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / PROFILE_JSON
+    info = json.loads(path.read_text(encoding="utf-8")) if path.exists() else asdict(request)
+    path.write_text(json.dumps(info | {"interrupted": True}, indent=1), encoding="utf-8")
+    notes = folder / "profile.md"
+    text = notes.read_text(encoding="utf-8") if notes.exists() else (
+        f"# Profile of {request.contender}\n\n"
+    )  # fmt: skip
+    notes.write_text(
+        text + "Interrupted (Ctrl-C or SIGTERM): the profilers not listed above did not run.\n",
+        encoding="utf-8",
+    )
+
+
 def steady_epochs(epoch_seconds: float) -> int:
     """Epochs that fill :data:`WINDOW_SECONDS`, within [MIN_EPOCHS, MAX_EPOCHS].
 

@@ -63,7 +63,13 @@ def profile_section(folder: Path, run_dir: Path) -> str:
     """The HTML of one profile folder, its headings under the section's h2."""
     info_path = folder / PROFILE_JSON
     info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
-    parts = [_what_ran(info)] if info else []
+    parts = [_what_ran(info)] if "warmup_epochs" in info else []
+    if info.get("interrupted"):
+        parts.insert(
+            0,
+            "<p class='missing'><strong>Interrupted</strong> (Ctrl-C or SIGTERM): only the "
+            "profilers that finished are here.</p>",
+        )
     parts.append(_flame_graph(folder, run_dir, info))
     for name, title in SECTIONS:
         path = folder / name
