@@ -15,6 +15,9 @@ PACKAGES = [
     ("sklearn/", "scikit-learn"),
     ("scipy/", "scipy"),
     ("skl2onnx/", "skl2onnx"),
+    ("torch/", "torch"),
+    ("jax/", "jax"),
+    ("jaxlib/", "jax"),
 ]
 
 
@@ -43,8 +46,9 @@ def hotspots_markdown(stats: pstats.Stats, top: int = 25) -> str:
         "# Hot spots",
         "",
         f"Own time (time spent in a function itself, not in what it calls) over {total:.3f} s "
-        "of profiled run. Time inside onnxruntime's C++ code counts as the own time of the "
-        "method that enters it (for example `run_forward` of `TrainingAgent`).",
+        "of profiled run. Time in compiled code (onnxruntime's, torch's, XLA's) counts as "
+        "the own time of the function or method that enters it (for example `run_forward` "
+        "of `TrainingAgent`).",
         "",
         "| package | own time (s) | share |",
         "|---|---:|---:|",
