@@ -39,8 +39,8 @@ def _make_regression(n_samples: int | None, n_features: int | None, seed: int):
         raise OrtBenchError(
             f"make_regression of {rows} rows x {features} features needs about "
             f"{needed / 2**30:.0f} GiB, more than this machine's {memory / 2**30:.0f} GiB: "
-            f"lower the batch size (generated data grow to 8 full batches of it), "
-            f"--n-samples or --n-features"
+            f"lower the batch size (generated data grow to 8 full batches of it), or "
+            f"bench's --n-samples or --n-features"
         )
     return make_regression(rows, n_features=features, bias=2, random_state=seed)
 
