@@ -169,6 +169,20 @@ def test_report_of_damaged_loss_curves_is_one_line(tmp_path, capsys, text):
     assert main(["report", str(run)]) == 0
 
 
+def test_a_cut_last_row_is_named_not_taken_for_an_interruption(tmp_path, capsys):
+    """A run killed while it wrote its last row (no signal handler ran: its plan says it
+    was not interrupted): compare names the cut line as a bad row and does not judge the
+    cell it may be, rather than reporting it "not run: interrupted"."""
+    rows = [{"batch_size": 16}, {"batch_size": 32}]
+    base, head = _run_folder(tmp_path / "base", rows), _run_folder(tmp_path / "head", rows)
+    text = (head / RESULTS_JSONL).read_text()
+    (head / RESULTS_JSONL).write_text(text[: text.rindex("{") + 40])
+    assert main(["compare", str(base), str(head)]) == 0
+    out, err = capsys.readouterr()
+    assert "bad row left out: " in err and "line 2: cut short" in err
+    assert "interrupted" not in out and "batch_size=16" in out
+
+
 @pytest.mark.parametrize("command", [["bench", "--quick"], ["profile", "ort-fwbw"]])
 def test_bench_and_profile_out_refuse_a_run_data_file(tmp_path, capsys, command):
     target = _run_folder(tmp_path / "run") / RESULTS_CSV

@@ -237,13 +237,18 @@ class BadRow:
     cell: str | None = None
     #: the (key, value) pairs of a row that lacks a key but has others
     known: tuple[tuple[str, str], ...] = ()
+    #: a last line its run stopped writing: it may be any cell
+    cut: bool = False
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.reason}"
 
     def may_be(self, cell: str, keys: Sequence[str] = KEYS) -> bool:
         """Whether this row may be ``cell`` (``key=value, ...`` over ``keys``): it is that
-        cell, or it lacks a key and agrees with ``cell`` on every key it has."""
+        cell, or it lacks a key and agrees with ``cell`` on every key it has, or it was cut
+        short."""
+        if self.cut:
+            return True
         if self.cell is not None or not self.known:
             return cell == self.cell
         known = dict(self.known)
@@ -285,7 +290,8 @@ def check_rows(
         cell = _cell(row, keys)
         reason = _row_problem(row, keys)
         if reason:
-            bad[line] = BadRow(line, reason, cell, () if cell else _known(row, keys))
+            known = () if cell else _known(row, keys)
+            bad[line] = BadRow(line, reason, cell, known, cut=row is _CUT)
             continue
         lines_of.setdefault(cell, []).append(line)
         checked.append((line, row))
@@ -322,6 +328,8 @@ def _missing(value: object) -> bool:
 
 def _row_problem(row: object, keys: Sequence[str]) -> str | None:
     """Why a row is bad (see :func:`check_rows`), or None."""
+    if row is _CUT:
+        return "cut short: its run stopped while writing it"
     if not isinstance(row, dict):
         return "not an object"
     missing = [k for k in (*keys, "status") if _missing(row.get(k))]
@@ -460,11 +468,16 @@ def read_checked_records(
     OrtBenchError
         As :func:`read_records`.
     """
-    return check_rows(_numbered_records(folder), keys)
+    return check_rows(_numbered_records(folder, keep_cut=True), keys)
 
 
-def _numbered_records(folder: str | Path) -> list[tuple[int, object]]:
-    """The JSON lines of a run folder's ``results.jsonl`` with their line numbers."""
+#: A last line of ``results.jsonl`` its run stopped writing (killed while it wrote it).
+_CUT = object()
+
+
+def _numbered_records(folder: str | Path, keep_cut: bool = False) -> list[tuple[int, object]]:
+    """The JSON lines of a run folder's ``results.jsonl`` with their line numbers; a cut
+    last line is left out, or with ``keep_cut`` given as :data:`_CUT`."""
     path = Path(folder) / RESULTS_JSONL
     if not path.exists():
         raise OrtBenchError(f"{folder} holds no {RESULTS_JSONL}: not an ortbench bench run folder")
@@ -478,8 +491,10 @@ def _numbered_records(folder: str | Path) -> list[tuple[int, object]]:
         try:
             records.append((number, json.loads(line)))
         except json.JSONDecodeError:
-            if k < len(lines) - 1 or line.endswith("\n"):  # only a cut last line is dropped
+            if k < len(lines) - 1 or line.endswith("\n"):  # only the last line can be cut
                 raise OrtBenchError(f"{path}: line {number} is not JSON") from None
+            if keep_cut:
+                records.append((number, _CUT))
     return records
 
 

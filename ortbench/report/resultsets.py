@@ -220,7 +220,7 @@ def _bench_folder(folder: Path) -> ResultSet:
         [f"{folder / RESULTS_JSONL} {row}" for row in bad],
         {row.cell for row in bad if row.cell is not None},
         folder,
-        [row for row in bad if row.cell is None and row.known],
+        [row for row in bad if row.cell is None and (row.known or row.cut)],
     )
 
 
