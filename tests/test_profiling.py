@@ -516,6 +516,12 @@ def test_a_flame_graph_of_a_few_samples_says_so(tmp_path):
     assert f"only {count} sample" in (folder / "profile.md").read_text()
     page = (run / "index.html").read_text()
     assert f"Only {count} sample" in page and "too few to read" in page
+    # with enough samples, a contender outside the engine's trainers gets their count
+    info = json.loads((folder / "profile.json").read_text())
+    info.update(flamegraph_samples=900, epoch_loop_share=None)
+    (folder / "profile.json").write_text(json.dumps(info))
+    assert main(["report", str(run)]) == 0
+    assert "<p>900 samples. Click a frame" in (run / "index.html").read_text()
 
 
 @pytest.mark.training_build

@@ -129,6 +129,8 @@ def _flame_graph(folder: Path, run_dir: Path, info: dict) -> str:
             f"trainers' epoch loop "
             f"(<code>{EPOCH_LOOP}</code>). Click a frame to zoom, Ctrl+F to search.</p>"
         )
+    elif count is not None:
+        note = f"<p>{plural(count, 'sample')}. Click a frame to zoom, Ctrl+F to search.</p>"
     else:
         note = ""
     source = html.escape(svg.relative_to(run_dir).as_posix())
