@@ -138,6 +138,23 @@ def test_a_counter_increase_is_flagged(tmp_path):
     assert verdict_line(report, "contender='ort-full', batch_size=15").startswith("| unchanged")
 
 
+def test_result_files_away_from_their_benchmarks_json_say_what_is_unknown(tmp_path, capsys):
+    """Result files copied out of asv's folder (a CI artifact): without benchmarks.json a
+    counter's unit is unknown and it is judged as a time; a warning says so."""
+    base = asv_results(tmp_path / "b", "aaaa1111", {COUNTER: ("count", [2.0, 4.0], None)})
+    head = asv_results(tmp_path / "h", "bbbb2222", {COUNTER: ("count", [2.0, 4.2], None)})
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "base.json").write_bytes(base.read_bytes())
+    (bare / "head.json").write_bytes(head.read_bytes())
+    assert main(["compare", str(base), str(head)]) == 1  # the counter increased
+    assert "warning" not in capsys.readouterr().err
+    assert main(["compare", str(bare / "base.json"), str(bare / "head.json")]) == 0
+    err = capsys.readouterr().err
+    assert f"ortbench: warning: {bare / 'base.json'}: no benchmarks.json" in err
+    assert "counters are judged as times" in err
+
+
 def test_a_counter_decrease_and_skipped_and_missing_cells(tmp_path):
     base = {COUNTER: ("count", [2.0, math.nan], None)}
     head = {COUNTER: ("count", [1.0, math.nan], None), TIME: timings([STEADY, STEADY])}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -265,6 +266,13 @@ def _asv_benchmarks(path: Path) -> dict:
     """``benchmarks.json`` of the results folder a result file sits in, or nothing."""
     candidate = path.parent.parent / "benchmarks.json"
     if not candidate.exists():
+        warnings.warn(
+            f"{path}: no benchmarks.json two folders up, where asv writes it: units and "
+            "parameter names are unknown, so counters are judged as times; compare the "
+            "files in asv's results folder",
+            UserWarning,
+            stacklevel=2,
+        )
         return {}
     info = _read_json(candidate, "asv's benchmarks.json")
     if not isinstance(info, dict):
