@@ -262,18 +262,11 @@ def _read_json(path: Path, what: str, hint: str = "") -> object:
     raise OrtBenchError(f"{path} is not {what} ({reason}){hint}")
 
 
-def _asv_benchmarks(path: Path) -> dict:
-    """``benchmarks.json`` of the results folder a result file sits in, or nothing."""
+def _asv_benchmarks(path: Path) -> dict | None:
+    """``benchmarks.json`` of the results folder a result file sits in, or None."""
     candidate = path.parent.parent / "benchmarks.json"
     if not candidate.exists():
-        warnings.warn(
-            f"{path}: no benchmarks.json two folders up, where asv writes it: units and "
-            "parameter names are unknown, so counters are judged as times; compare the "
-            "files in asv's results folder",
-            UserWarning,
-            stacklevel=2,
-        )
-        return {}
+        return None
     info = _read_json(candidate, "asv's benchmarks.json")
     if not isinstance(info, dict):
         raise OrtBenchError(f"{candidate} is not asv's benchmarks.json (not an object)")
@@ -301,7 +294,8 @@ def _asv_file(path: Path) -> ResultSet:
         raise OrtBenchError(
             f"{path} is not an asv result file (no results or result_columns){ACCEPTED}"
         )
-    info = _asv_benchmarks(path)
+    described_here = _asv_benchmarks(path)
+    info = described_here or {}
     measurements = {}
     for name, row in data["results"].items():
         where = f"{path}, {name}"
@@ -333,4 +327,12 @@ def _asv_file(path: Path) -> ResultSet:
     machine = (
         data.get("params", {}).get("machine", "?") if isinstance(data.get("params"), dict) else "?"
     )
+    if described_here is None:  # said once the file has been read
+        warnings.warn(
+            f"{path}: no benchmarks.json two folders up, where asv writes it: units and "
+            "parameter names are unknown, so counters are judged as times; compare the "
+            "files in asv's results folder",
+            UserWarning,
+            stacklevel=2,
+        )
     return ResultSet(f"commit {commit} on {machine}", measurements)
