@@ -246,6 +246,8 @@ def test_cells_whose_verdict_is_open_are_timed_further(tmp_path, factor, rounds)
         assert [s for s, e in mine if e == SHORT_EPOCHS] == [BASE, HEAD, HEAD, BASE] * (rounds // 2)
     verdicts = [v for v in ab_comparison(tmp_path).verdicts if v.benchmark == "seconds_per_step"]
     assert all(v.note.endswith(f", {rounds // 2} blocks") for v in verdicts), verdicts
+    # around the threshold the cells reach the most rounds still open, and are counted
+    assert sequential.capped == (len(CONFIG.contenders) if factor == 1.10 else 0)
 
 
 def test_the_budget_need_not_be_a_whole_number_of_further_looks(tmp_path):
@@ -666,6 +668,29 @@ def test_a_worker_interrupted_while_it_starts_leaves_no_process(tmp_path, monkey
         signal.signal(signal.SIGALRM, previous)
     (process,) = made
     assert process.poll() is not None
+
+
+def test_cells_still_open_at_max_repeat_are_told_in_ab_md(tmp_path, monkeypatch):
+    """HEAD around the threshold, --max-repeat equal to --repeat: no cell can be decided,
+    and ab.md says how many reached the most rounds still open and what decides them."""
+
+    @contextlib.contextmanager
+    def fake_workers(folder, sides, worker):
+        log: list = []
+        yield {BASE: FakeSide(BASE, log, 1.0), HEAD: Wobbly(HEAD, log, 1.10, 1.04)}
+
+    def fake_checkout(ref, cache, log):
+        return Checkout(ref, tmp_path, sys.executable, "this interpreter", "0" * 40)
+
+    monkeypatch.setattr("ortbench.commands.ab.checkout", fake_checkout)
+    monkeypatch.setattr("ortbench.commands.ab.started", fake_workers)
+    argv = ["ab", "HEAD~1", "HEAD", "--contenders", "ort-full", "ort-fwbw", "--problem", "mlp"]
+    argv += ["--batch-sizes", "15", "--devices", "cpu", "--epochs", "2", "--repeat", "14"]
+    argv += ["--threshold", "0.14", "--warn", "0.05", "--max-repeat", "14"]  # 1.14 a step
+    assert main([*argv, "--out", str(tmp_path / "out")]) in (0, 1)  # either side of 1.14
+    (folder,) = (tmp_path / "out").iterdir()
+    report = (folder / "ab.md").read_text(encoding="utf-8")
+    assert "2 cells reached --max-repeat (14 rounds) with their verdict still open" in report
 
 
 def test_a_base_that_fails_every_cell_compares_nothing(tmp_path, capsys, monkeypatch):

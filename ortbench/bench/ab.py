@@ -296,7 +296,7 @@ class TimeBudget:
         return self.start + self.seconds * min(self.begun / max(self.cells, 1), 1.0)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Sequential:
     """Sequential sampling: after ``--repeat`` rounds, the cells whose verdict is still
     open (:func:`~ortbench.report.paired.undecided` at ``threshold``, for a run of
@@ -309,6 +309,8 @@ class Sequential:
     max_rounds: int
     cells: int = 1
     budget: TimeBudget | None = None
+    #: cells whose verdict was still open when they reached ``max_rounds``
+    capped: int = 0
 
     def more(self, paired: PairedCell) -> bool:
         """Whether ``paired`` needs more rounds: both sides timed, its verdict open."""
@@ -417,6 +419,8 @@ def run_pair_group(
             break
         time_rounds(done, count, keys)
         done += count
+    if sequential is not None and done >= sequential.max_rounds:
+        sequential.capped += sum(sequential.more(paired) for paired in results)
     for k, paired in enumerate(results):
         for name, result in paired.sides.items():
             if not result.ok:

@@ -46,7 +46,7 @@ from ..errors import OrtBenchError
 from ..progress import Progress
 from ..report.instruction_verdicts import THRESHOLD as INSTRUCTIONS_THRESHOLD
 from ..report.paired import AB_MD, ALPHA, ab_comparison, ab_markdown, blocks, min_pvalue
-from ..report.units import format_seconds
+from ..report.units import format_seconds, plural
 from ..schema import PER_STEP, SIDE, SIDES
 from . import EXIT_FAILING, EXIT_INTERRUPTED, EXIT_NOTHING, RUNTIME_COMMANDS
 from .bench import (
@@ -173,6 +173,7 @@ class Measuring:
     group_by: Callable[[Cell], Hashable]
     most: int
     budget: TimeBudget | None = None
+    sequential: Sequential | None = None
 
 
 def timed(args: argparse.Namespace, config: BenchConfig, run_cells: int) -> Measuring:
@@ -184,7 +185,7 @@ def timed(args: argparse.Namespace, config: BenchConfig, run_cells: int) -> Meas
     # the p-values are adjusted over the whole matrix, every shard's cells together
     sequential = Sequential(args.threshold, most, len(cells(config)), budget)
     run_group = functools.partial(run_pair_group, sequential=sequential)
-    return Measuring(Worker, run_group, timed_together, most, budget)
+    return Measuring(Worker, run_group, timed_together, most, budget, sequential)
 
 
 def counted(args: argparse.Namespace, config: BenchConfig, run_cells: int) -> Measuring:
@@ -258,14 +259,22 @@ def run(args: argparse.Namespace) -> int:
         (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    note = ""
+    notes = []
     budget = measuring.budget
     if budget is not None and budget.stopped:
-        note = (
+        notes.append(
             f"The time budget ({budget.seconds:g} s, --time-budget) ended the extra rounds of "
             f"{budget.stopped} cell(s) whose verdict was still open: their verdicts rest on "
             "the blocks timed by then."
         )
+    sequential = measuring.sequential
+    if sequential is not None and sequential.capped:
+        notes.append(
+            f"{plural(sequential.capped, 'cell')} reached --max-repeat ({sequential.max_rounds} "
+            "rounds) with their verdict still open (the interval of their median ratio holds "
+            "the threshold): a larger --max-repeat can decide them."
+        )
+    note = " ".join(notes)
     return verdict(folder, labels, thresholds, log, note)
 
 
