@@ -532,6 +532,24 @@ def test_an_interrupt_keeps_the_groups_that_finished(tmp_path):
     assert all(len(r["seconds_per_step_samples"]) == AB_REPEAT for r in records)
 
 
+def ab_command(tmp_path, monkeypatch, base: FakeSide, head: FakeSide, *options: str) -> int:
+    """``ortbench ab`` on ort-full and ort-fwbw (mlp, cpu, 2 epochs, 14 rounds) with the fake
+    sides ``base`` and ``head``: no checkout, no worker process; its status."""
+
+    @contextlib.contextmanager
+    def fake_workers(folder, sides, worker):
+        yield {BASE: base, HEAD: head}
+
+    def fake_checkout(ref, cache, log):
+        return Checkout(ref, tmp_path, sys.executable, "this interpreter", "0" * 40)
+
+    monkeypatch.setattr("ortbench.commands.ab.checkout", fake_checkout)
+    monkeypatch.setattr("ortbench.commands.ab.started", fake_workers)
+    argv = ["ab", "HEAD~1", "HEAD", "--contenders", "ort-full", "ort-fwbw", "--problem", "mlp"]
+    argv += ["--devices", "cpu", "--epochs", "2", "--repeat", "14", *options]
+    return main([*argv, "--out", str(tmp_path / "out")])
+
+
 @pytest.mark.parametrize("stopped_at, not_run", [(64, 2), (15, 4)])
 def test_an_interrupted_ab_says_so_in_its_heading_and_names_the_cells_not_run(
     tmp_path, capsys, monkeypatch, stopped_at, not_run
@@ -546,18 +564,8 @@ def test_an_interrupted_ab_says_so_in_its_heading_and_names_the_cells_not_run(
                 raise KeyboardInterrupt
             return super().request(command, **fields)
 
-    @contextlib.contextmanager
-    def fake_workers(folder, sides, worker):
-        yield {BASE: FakeSide(BASE, log, 1.0), HEAD: Interrupting(HEAD, log, 1.0)}
-
-    def fake_checkout(ref, cache, log):
-        return Checkout(ref, tmp_path, sys.executable, "this interpreter", "0" * 40)
-
-    monkeypatch.setattr("ortbench.commands.ab.checkout", fake_checkout)
-    monkeypatch.setattr("ortbench.commands.ab.started", fake_workers)
-    argv = ["ab", "HEAD~1", "HEAD", "--contenders", "ort-full", "ort-fwbw", "--problem", "mlp"]
-    argv += ["--batch-sizes", "15", "64", "--devices", "cpu", "--epochs", "2", "--repeat", "14"]
-    assert main([*argv, "--out", str(tmp_path / "out")]) == 130
+    base, head = FakeSide(BASE, log, 1.0), Interrupting(HEAD, log, 1.0)
+    assert ab_command(tmp_path, monkeypatch, base, head, "--batch-sizes", "15", "64") == 130
     (folder,) = (tmp_path / "out").iterdir()
     report = (folder / "ab.md").read_text(encoding="utf-8")
     assert report.splitlines()[0] == (
@@ -674,20 +682,11 @@ def test_cells_still_open_at_max_repeat_are_told_in_ab_md(tmp_path, monkeypatch)
     """HEAD around the threshold, --max-repeat equal to --repeat: no cell can be decided,
     and ab.md says how many reached the most rounds still open and what decides them."""
 
-    @contextlib.contextmanager
-    def fake_workers(folder, sides, worker):
-        log: list = []
-        yield {BASE: FakeSide(BASE, log, 1.0), HEAD: Wobbly(HEAD, log, 1.10, 1.04)}
-
-    def fake_checkout(ref, cache, log):
-        return Checkout(ref, tmp_path, sys.executable, "this interpreter", "0" * 40)
-
-    monkeypatch.setattr("ortbench.commands.ab.checkout", fake_checkout)
-    monkeypatch.setattr("ortbench.commands.ab.started", fake_workers)
-    argv = ["ab", "HEAD~1", "HEAD", "--contenders", "ort-full", "ort-fwbw", "--problem", "mlp"]
-    argv += ["--batch-sizes", "15", "--devices", "cpu", "--epochs", "2", "--repeat", "14"]
-    argv += ["--threshold", "0.14", "--warn", "0.05", "--max-repeat", "14"]  # 1.14 a step
-    assert main([*argv, "--out", str(tmp_path / "out")]) in (0, 1)  # either side of 1.14
+    log: list = []
+    base, head = FakeSide(BASE, log, 1.0), Wobbly(HEAD, log, 1.10, 1.04)
+    options = ["--batch-sizes", "15", "--threshold", "0.14", "--warn", "0.05"]  # 1.14 a step
+    status = ab_command(tmp_path, monkeypatch, base, head, *options, "--max-repeat", "14")
+    assert status in (0, 1)  # either side of 1.14
     (folder,) = (tmp_path / "out").iterdir()
     report = (folder / "ab.md").read_text(encoding="utf-8")
     assert "2 cells reached --max-repeat (14 rounds) with their verdict still open" in report
@@ -704,19 +703,9 @@ def test_a_base_that_fails_every_cell_compares_nothing(tmp_path, capsys, monkeyp
                 return {"status": "failed: AttributeError: 'Problem' object has no attribute"}
             return super().request(command, **fields)
 
-    @contextlib.contextmanager
-    def fake_workers(folder, sides, worker):
-        log: list = []
-        yield {BASE: Failing(BASE, log, 1.0), HEAD: FakeSide(HEAD, log, 1.0)}
-
-    def fake_checkout(ref, cache, log):
-        return Checkout(ref, tmp_path, sys.executable, "this interpreter", "0" * 40)
-
-    monkeypatch.setattr("ortbench.commands.ab.checkout", fake_checkout)
-    monkeypatch.setattr("ortbench.commands.ab.started", fake_workers)
-    argv = ["ab", "HEAD~1", "HEAD", "--contenders", "ort-full", "ort-fwbw", "--problem", "mlp"]
-    argv += ["--batch-sizes", "15", "--devices", "cpu", "--epochs", "2", "--repeat", "14"]
-    assert main([*argv, "--out", str(tmp_path / "out")]) == 3
+    log: list = []
+    base, head = Failing(BASE, log, 1.0), FakeSide(HEAD, log, 1.0)
+    assert ab_command(tmp_path, monkeypatch, base, head, "--batch-sizes", "15") == 3
     (folder,) = (tmp_path / "out").iterdir()
     report = (folder / "ab.md").read_text(encoding="utf-8")
     assert report.splitlines()[0] == "## A/B benchmarks: Nothing measured on both sides"

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 jax = pytest.importorskip("jax")
 torch = pytest.importorskip("torch")
-from torch_modules import NETWORKS, export, network  # noqa: E402
+from torch_modules import NETWORKS, exported_case  # noqa: E402
 
 from ortbench.jax_graph import JaxGraph  # noqa: E402
 from ortbench.training import OrtBenchError  # noqa: E402
@@ -186,16 +186,9 @@ def test_a_form_the_runner_cannot_compute_exactly_is_refused(op, attributes, con
 @pytest.mark.parametrize("opset", [17, 18, 20])
 @pytest.mark.parametrize("name", list(NETWORKS))
 def test_the_runner_computes_and_differentiates_the_exported_network(name, opset):
-    module, features = network(name), NETWORKS[name][1]
-    model = export(module, features, opset)
-    x = torch.randn(5, features, generator=torch.Generator().manual_seed(1))
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    expected = session.run(None, {"X": x.numpy()})[0]
-    parameters = dict(module.named_parameters())
-    trained = [i.name for i in model.graph.initializer if i.name in parameters]
-    assert len(trained) >= len(parameters) // 2, "the export renamed most parameters"
+    case = exported_case(name, opset)
+    module, model, x, expected = case.module, case.model, case.x, case.expected
+    parameters, trained = case.parameters, case.trained
     runner = JaxGraph(model, ["Y"], trained)
     output = jax.jit(lambda w, x: runner.apply(w, x)[0])(runner.initial, x.numpy())
     np.testing.assert_allclose(np.asarray(output), expected, rtol=1e-4, atol=1e-5)

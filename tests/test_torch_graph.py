@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
-from torch_modules import NETWORKS, export, network  # noqa: E402
+from torch_modules import NETWORKS, export, exported_case, network  # noqa: E402
 
 from ortbench.torch_graph import TorchGraph, unsupported  # noqa: E402
 
@@ -16,16 +16,9 @@ from ortbench.torch_graph import TorchGraph, unsupported  # noqa: E402
 @pytest.mark.parametrize("opset", [17, 18, 20])
 @pytest.mark.parametrize("name", list(NETWORKS))
 def test_the_runner_computes_and_differentiates_the_exported_network(name, opset):
-    module, features = network(name), NETWORKS[name][1]
-    model = export(module, features, opset)
-    x = torch.randn(5, features, generator=torch.Generator().manual_seed(1))
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    expected = session.run(None, {"X": x.numpy()})[0]
-    parameters = dict(module.named_parameters())
-    trained = [i.name for i in model.graph.initializer if i.name in parameters]
-    assert len(trained) >= len(parameters) // 2, "the export renamed most parameters"
+    case = exported_case(name, opset)
+    module, model, x, expected = case.module, case.model, case.x, case.expected
+    parameters, trained = case.parameters, case.trained
     runner = TorchGraph(model, ["Y"], trained)
     ours = x.clone().requires_grad_(True)
     output = runner(ours)[0]

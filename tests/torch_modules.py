@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import io
 import warnings
+from dataclasses import dataclass
 
+import numpy as np
 import onnx
 import torch
 from torch import nn
@@ -146,3 +148,33 @@ def export(module: nn.Module, features: int, opset: int = 17, batch: int | None 
             dynamic_axes=axes,
         )
     return onnx.load_from_string(buffer.getvalue())
+
+
+@dataclass
+class ExportedCase:
+    """A network with random parameters, its export, 5 rows of input, onnxruntime's output
+    on them, the module's parameters by name and the initializers that hold them."""
+
+    module: nn.Module
+    model: onnx.ModelProto
+    x: torch.Tensor
+    expected: np.ndarray
+    parameters: dict[str, nn.Parameter]
+    trained: list[str]
+
+
+def exported_case(name: str, opset: int) -> ExportedCase:
+    """What a runner of ONNX graphs is checked against for network ``name`` at ``opset``."""
+    import onnxruntime
+
+    module, features = network(name), NETWORKS[name][1]
+    model = export(module, features, opset)
+    x = torch.randn(5, features, generator=torch.Generator().manual_seed(1))
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    expected = session.run(None, {"X": x.numpy()})[0]
+    parameters = dict(module.named_parameters())
+    trained = [i.name for i in model.graph.initializer if i.name in parameters]
+    assert len(trained) >= len(parameters) // 2, "the export renamed most parameters"
+    return ExportedCase(module, model, x, expected, parameters, trained)
