@@ -323,13 +323,20 @@ def test_timed_fits_of_a_group_are_interleaved(tmp_path, monkeypatch):
     }
     assert min(lengths.values()) >= 3
     # a loaded machine may leave a cell of the first rounds unstable: the group's rounds
-    # are then timed again, every contender's
+    # are then timed again, every contender's, with longer fits (the rows give those)
     (again,) = {r["timing"].endswith(TIMED_AGAIN) for r in records}
-    repeat = config.repeat * (2 if again else 1)
+    repeat = config.repeat
     short = [("ort-fwbw", 1), ("sklearn-mlp-sgd", 1)]
     long = [("ort-fwbw", lengths["ort-fwbw"]), ("sklearn-mlp-sgd", lengths["sklearn-mlp-sgd"])]
     rounds = order[-4 * repeat :]  # after the fits that sized each long one
     assert rounds == (short + long) * repeat
+    if again:  # the first rounds: the same turns, shorter long fits (those sized first)
+        first = order[-8 * repeat : -4 * repeat]
+        assert [name for name, _ in first] == [name for name, _ in rounds]
+        assert [e for _, e in first[0::4] + first[1::4]] == [1] * 2 * repeat
+        long = first[2:4]
+        assert first[2::4] + first[3::4] == [long[0]] * repeat + [long[1]] * repeat
+        repeat *= 2
     sizing = order[: -4 * repeat]
     for name, length in long:
         mine = [e for n, e in sizing if n == name]
