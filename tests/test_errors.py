@@ -55,6 +55,8 @@ def test_file_that_is_not_onnx(trainer, tmp_path, regression):
         trainer(str(path)).fit(X, y)
     with raises_one_line("model file not found"):
         trainer(str(tmp_path / "missing.onnx")).fit(X, y)
+    with raises_one_line("is a folder: give the path of the model's .onnx file"):
+        trainer(str(tmp_path)).fit(X, y)
     with raises_one_line("must be an onnx.ModelProto"):
         trainer(42).fit(X, y)
 

@@ -35,6 +35,8 @@ def load_model(model_onnx) -> onnx.ModelProto:
         model = _parse(model_onnx, "the given bytes")
     elif isinstance(model_onnx, (str, os.PathLike)):
         path = os.fspath(model_onnx)
+        if os.path.isdir(path):
+            raise OrtBenchError(f"{path} is a folder: give the path of the model's .onnx file")
         if not os.path.isfile(path):
             raise OrtBenchError(f"model file not found: {path}")
         with open(path, "rb") as f:
