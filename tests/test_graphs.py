@@ -426,3 +426,39 @@ def test_sgd_update_is_one_node():
     assert [n.op_type for n in model.graph.node] == ["Add"]
     w, e = np.arange(10, dtype=np.float32), np.ones(10, np.float32)
     np.testing.assert_allclose(run(model, {"weights": w, "weights_step": e})[0], w + 1)
+
+
+@pytest.mark.parametrize(
+    "op, attributes",
+    [
+        ("Conv", {"auto_pad": "SAME_UPPER", "strides": [2, 1]}),
+        ("Conv", {"auto_pad": "SAME_LOWER", "strides": [1, 2]}),
+        ("Conv", {"auto_pad": "VALID"}),
+        ("MaxPool", {"auto_pad": "SAME_UPPER", "kernel_shape": [2, 3], "strides": [2, 2]}),
+        ("AveragePool", {"auto_pad": "SAME_LOWER", "kernel_shape": [3, 2]}),
+    ],
+)
+def test_auto_pad_becomes_the_pads_it_stands_for(op, attributes):
+    """A loaded model's auto_pad is written as explicit pads: onnxruntime computes the
+    same output from both forms (asymmetric pads on odd totals, upper or lower)."""
+    inputs = [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, ["n", 2, 5, 6])]
+    inits = []
+    if op == "Conv":
+        weight = np.random.default_rng(0).standard_normal((3, 2, 2, 3)).astype(np.float32)
+        inits = [numpy_helper.from_array(weight, "W")]
+    node = helper.make_node(op, ["X", "W"] if op == "Conv" else ["X"], ["Y"], **attributes)
+    output = helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "g", inputs, [output], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    loaded = load_model(model)
+    (rewritten,) = loaded.graph.node
+    assert "auto_pad" not in {a.name for a in rewritten.attribute}
+    x = np.random.default_rng(1).standard_normal((2, 2, 5, 6)).astype(np.float32)
+
+    def run(m):
+        session = onnxruntime.InferenceSession(
+            m.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        return session.run(None, {"X": x})[0]
+
+    np.testing.assert_allclose(run(loaded), run(model), rtol=1e-6)

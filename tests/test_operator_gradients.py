@@ -100,6 +100,17 @@ NETWORKS = {
         conv=nn.Conv2d(2, 4, 3, stride=2, padding=2, dilation=2, groups=2),
         head=_lin(4 * 2 * 2),
     ),
+    # padding="same": the TorchScript exporter writes auto_pad=SAME_UPPER
+    "Conv2d same": lambda: Net(
+        lambda p, x: p["head"](p["conv"](_image(x)).flatten(1)),
+        conv=nn.Conv2d(2, 3, 3, padding="same"),
+        head=_lin(3 * 4 * 4),
+    ),
+    "Conv2d same, even kernel": lambda: Net(
+        lambda p, x: p["head"](p["conv"](_image(x)).flatten(1)),
+        conv=nn.Conv2d(2, 3, 2, padding="same", dilation=1),
+        head=_lin(3 * 4 * 4),
+    ),
     "MaxPool": lambda: Net(
         lambda p, x: p["head"](p["pool"](p["conv"](_image(x))).flatten(1)),
         conv=nn.Conv2d(2, 3, 3, padding=1),

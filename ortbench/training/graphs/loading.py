@@ -25,8 +25,9 @@ def load_model(model_onnx) -> onnx.ModelProto:
     """Return a ModelProto from a ModelProto, serialized bytes or a path to a .onnx file.
 
     The copy is adjusted to what the installed onnxruntime reads (:func:`fit_runtime`);
-    an opset older than :data:`MIN_OPSET` is converted to :data:`MAX_OPSET` first, and
-    initializers also listed as graph inputs are inputs no more.
+    an opset older than :data:`MIN_OPSET` is converted to :data:`MAX_OPSET` first,
+    initializers also listed as graph inputs are inputs no more, and ``auto_pad`` is written
+    as explicit pads (:func:`~ortbench.training.graphs.shapes.explicit_pads`).
     """
     if isinstance(model_onnx, onnx.ModelProto):
         model = onnx.ModelProto()
@@ -55,7 +56,9 @@ def load_model(model_onnx) -> onnx.ModelProto:
     if len(model.graph.node) == 0:
         raise OrtBenchError("the ONNX model has no node")
     _drop_initializer_inputs(model)
-    return _fit_opset(model)
+    from .shapes import explicit_pads  # shapes reads this module
+
+    return explicit_pads(_fit_opset(model))
 
 
 def _drop_initializer_inputs(model: onnx.ModelProto) -> None:

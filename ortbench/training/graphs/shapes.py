@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import OrtBenchError
 from .loading import exported_by_torch
-from .nodes import ancestors
+from .nodes import ancestors, node_attributes
 from .weights import FLOAT_TYPES
 
 
@@ -214,6 +214,61 @@ def inferred_shapes(model: onnx.ModelProto) -> tuple[dict[str, list], dict[str, 
         shapes[init.name] = list(init.dims)
         types[init.name] = init.data_type
     return shapes, types
+
+
+#: The operators whose ``auto_pad`` attribute :func:`explicit_pads` rewrites.
+_PADDED = ("Conv", "MaxPool", "AveragePool", "LpPool")
+
+
+def explicit_pads(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every ``auto_pad`` (SAME_UPPER, SAME_LOWER, VALID) of a convolution or
+    pooling node written as the explicit ``pads`` it stands for.
+
+    torch's TorchScript exporter writes ``Conv2d(padding="same")`` as ``auto_pad``, which
+    onnxruntime-training's gradient of Conv reads as no padding (a wrong gradient, the
+    forward right) and the portable backend and JAX runner refuse. The pads follow from
+    the input's spatial size, which onnx's shape inference must know.
+
+    Raises
+    ------
+    OrtBenchError
+        When a node's input has a spatial size shape inference cannot tell.
+    """
+    nodes = [
+        n for n in model.graph.node
+        if n.op_type in _PADDED and node_attributes(n).get("auto_pad", b"NOTSET") != b"NOTSET"
+    ]  # fmt: skip
+    if not nodes:
+        return model
+    shapes, _ = inferred_shapes(model)
+    for node in nodes:
+        attributes = node_attributes(node)
+        mode = attributes["auto_pad"].decode()
+        shape = shapes.get(node.input[0])
+        sizes = shape[2:] if shape else None
+        if mode != "VALID" and (not sizes or None in sizes):
+            raise OrtBenchError(
+                f"{node.op_type} node {node.name!r} pads with auto_pad={mode} an input whose "
+                f"size is unknown ({shape}): export it with explicit padding"
+            )
+        if node.op_type == "Conv":
+            kernel = attributes.get("kernel_shape") or shapes[node.input[1]][2:]
+        else:
+            kernel = attributes["kernel_shape"]
+        rank = len(kernel)
+        strides = attributes.get("strides") or [1] * rank
+        dilations = attributes.get("dilations") or [1] * rank
+        begin, end = [0] * rank, [0] * rank
+        for k in range(rank if mode != "VALID" else 0):
+            span = (kernel[k] - 1) * dilations[k] + 1
+            out = -(-sizes[k] // strides[k])
+            total = max((out - 1) * strides[k] + span - sizes[k], 0)
+            small, large = total // 2, total - total // 2
+            begin[k], end[k] = (small, large) if mode == "SAME_UPPER" else (large, small)
+        kept = [a for a in node.attribute if a.name not in ("auto_pad", "pads")]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("pads", begin + end)])
+    return model
 
 
 def _same_shape(shape: list[int], target: np.ndarray) -> bool:
