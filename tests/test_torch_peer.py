@@ -198,3 +198,59 @@ def test_merged_parameters_train_tied_with_a_warning(tmp_path, export):
         assert abs(contender.loss_curve_[-1] / expected[-1] - 1) > 1e-3
     else:
         assert_every_contender_follows(problem, expected)
+
+
+class Standardised(torch.nn.Module):
+    """A network with buffers (the inputs' mean and spread), a parameter added to its
+    inputs and a constant of ``forward``: torch trains the parameters only."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mu", torch.randn(16))
+        self.register_buffer("sd", torch.rand(16) + 0.5)
+        self.shift = torch.nn.Parameter(torch.randn(16) * 0.1)
+        self.hidden, self.out = torch.nn.Linear(16, 4), torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        scale = torch.tensor([1.5, 2.5, 3.5, 4.5])
+        return self.out(torch.relu(self.hidden((x - self.mu) / self.sd + self.shift)) * scale)
+
+
+def test_buffers_and_constants_of_a_default_export_stay_constant(tmp_path):
+    """torch's default exporter writes buffers and the constants of forward as
+    initializers like the parameters: they are left out of the trained weights, with a
+    warning naming them, and every contender follows torch's own SGD trajectory."""
+    pytest.importorskip("onnxscript")
+    torch.manual_seed(0)
+    module = Standardised().eval()
+    path = tmp_path / "net.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (torch.zeros(4, 16),), str(path), input_names=["X"], dynamo=True,
+            dynamic_shapes=({0: "n"},),
+        )  # fmt: skip
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 16)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", X=X, y=X[:, :4].sum(1).astype(np.float32))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        files = UserFiles(str(path), (str(tmp_path / "d.npz"),), loss="squared_error")
+        problem = dataclasses.replace(load_user_problem(files), eta0=0.01)
+    said = [str(w.message) for w in caught if "buffers or constants" in str(w.message)]
+    assert said and "['mu', 'sd', 'clone']" in said[0], said
+    Xt = torch.from_numpy(np.array(problem.data.X_train))
+    yt = torch.from_numpy(np.array(problem.data.y_train, np.float32)).reshape(-1, 1)
+    optimizer = torch.optim.SGD(module.parameters(), lr=problem.eta0)
+    expected = []
+    for _ in range(3):
+        total = 0.0
+        for start in range(0, len(Xt), 16):
+            rows = slice(start, start + 16)
+            loss = (0.5 * (module(Xt[rows]) - yt[rows]) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(Xt[rows])
+        expected.append(total / len(Xt))
+    assert_every_contender_follows(problem, expected)

@@ -21,9 +21,13 @@ FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 #: The inputs of a node that hold statistics, not parameters: (operator, position).
 _STATISTICS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
 
-#: How torch's default exporter (``dynamo=True``) names the tensors it creates, not the
-#: module's parameters (those keep their paths, ``att.in_proj_bias``).
-_TORCH_EXPORTER_VALUE = re.compile(r"val_\d+")
+#: The metadata torch's default exporter (``dynamo=True``) gives each node: the call of
+#: the exported program it comes from, whose arguments name the module's parameters
+#: ``%p_<path>``, its buffers ``%b_<path>`` and the constants of ``forward`` otherwise.
+_FX_NODE = "pkg.torch.onnx.fx_node"
+_PARAMETER_ARGUMENT = re.compile(r"%p_\w")
+#: How that exporter names the tensors it makes (attention's scale, a folded weight).
+_EXPORTER_VALUE = re.compile(r"val_\d+")
 
 
 def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
@@ -31,18 +35,18 @@ def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
 
     Skips scalars, constants only ever used as the left side of a Sub, which is how
     skl2onnx writes ``1 - p`` with its ``unity`` initializer, the running mean and
-    variance of a BatchNormalization (frozen statistics, torch's buffers), and the
-    one-value tensors torch's default exporter creates (``val_<n>``: attention's scale).
+    variance of a BatchNormalization (frozen statistics, torch's buffers), and what
+    torch's default exporter made from buffers and constants
+    (:func:`torch_non_parameters`).
     """
     consumers: dict[str, list[tuple[str, int]]] = {}
     for node in onx.graph.node:
         for position, name in enumerate(node.input):
             consumers.setdefault(name, []).append((node.op_type, position))
+    skipped = set(torch_non_parameters(onx))
     names = []
     for init in onx.graph.initializer:
-        if init.data_type not in FLOAT_TYPES or len(init.dims) == 0:
-            continue
-        if _torch_exporter_constant(onx, init):
+        if init.data_type not in FLOAT_TYPES or len(init.dims) == 0 or init.name in skipped:
             continue
         uses = consumers.get(init.name, [])
         if uses and all(use == ("Sub", 0) for use in uses):
@@ -53,14 +57,29 @@ def trainable_initializers(onx: onnx.ModelProto) -> list[str]:
     return names
 
 
-def _torch_exporter_constant(onx: onnx.ModelProto, init: onnx.TensorProto) -> bool:
-    """Whether ``init`` is a one-value tensor torch's default exporter wrote for a constant
-    of an operator it decomposed (attention's ``1 / sqrt(head size)``)."""
-    return (
-        onx.producer_name == "pytorch"
-        and list(init.dims) == [1]
-        and _TORCH_EXPORTER_VALUE.fullmatch(init.name) is not None
-    )
+def torch_non_parameters(onx: onnx.ModelProto) -> list[str]:
+    """The float initializers torch's default exporter made from the module's buffers
+    and the constants of its ``forward``, not from its parameters.
+
+    The exporter keeps each node's call in the exported program (:data:`_FX_NODE`), whose
+    arguments name the parameters ``%p_...``: an initializer every reader of which has
+    that record, none naming a parameter, is a buffer (input statistics, a positional
+    encoding), a constant of ``forward`` or one the exporter made (attention's scale,
+    Resize's scales). A parameter it folded into another initializer (a transposed
+    weight) keeps a reader whose call names it.
+    """
+    calls: dict[str, list[str | None]] = {}
+    for node in onx.graph.node:
+        call = next((p.value for p in node.metadata_props if p.key == _FX_NODE), None)
+        for name in node.input:
+            calls.setdefault(name, []).append(call)
+    return [
+        init.name
+        for init in onx.graph.initializer
+        if init.data_type in FLOAT_TYPES
+        and calls.get(init.name)
+        and all(c is not None and not _PARAMETER_ARGUMENT.search(c) for c in calls[init.name])
+    ]
 
 
 def bias_names(onx: onnx.ModelProto, weights: list[str]) -> set[str]:
@@ -91,6 +110,15 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
             raise OrtBenchError("the model has nothing to train: no float initializer")
         _check_trainable(onx, weights)
         _warn_merged_parameters(onx, weights)
+        left_out = [n for n in torch_non_parameters(onx) if not _EXPORTER_VALUE.fullmatch(n)]
+        if left_out:
+            warnings.warn(
+                f"{len(left_out)} initializer{'s' * (len(left_out) > 1)} that torch's exporter made from "
+                f"buffers or constants of forward, not from parameters, stay constant as in "
+                f"torch: {left_out[:5]} (weights_to_train or --weights trains them)",
+                UserWarning,
+                stacklevel=3,
+            )
         return weights
     if isinstance(weights, str):
         weights = [weights]
