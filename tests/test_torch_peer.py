@@ -254,3 +254,27 @@ def test_buffers_and_constants_of_a_default_export_stay_constant(tmp_path):
             total += loss.item() * len(Xt[rows])
         expected.append(total / len(Xt))
     assert_every_contender_follows(problem, expected)
+
+
+@pytest.mark.parametrize(
+    "ending, message",
+    [
+        (torch.nn.LogSoftmax(1), r"holds values outside \[0, 1\] \(from -.*not LogSoftmax"),
+        (torch.nn.Identity(), r"holds values outside \[0, 1\].*or raw scores"),
+    ],
+)
+def test_an_output_that_holds_no_probabilities_is_refused_for_the_log_loss(
+    tmp_path, ending, message
+):
+    """The log loss reads probabilities: log-probabilities (LogSoftmax) or raw scores
+    trained with it gave NaN on some contenders and a constant loss on others."""
+    from ortbench.errors import OrtBenchError
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 2), ending).eval()
+    onnx.save(export(module, 8), tmp_path / "net.onnx")
+    X = np.random.default_rng(0).standard_normal((160, 8)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", X=X * 3, y=(X[:, 0] > 0).astype(np.int64))
+    files = UserFiles(str(tmp_path / "net.onnx"), (str(tmp_path / "d.npz"),), loss="log")
+    with pytest.raises(OrtBenchError, match=message):
+        load_user_problem(files)

@@ -355,6 +355,13 @@ def _check_forward(model, input_name, X, y, loss, files: UserFiles) -> None:
                 f"{files.model}: output {output!r} has {width} columns for {classes} classes: "
                 "the log loss needs one probability column per class"
             )
+        if not np.all((predicted >= 0) & (predicted <= 1)):
+            raise OrtBenchError(
+                f"{files.model}: output {output!r} holds values outside [0, 1] (from "
+                f"{np.nanmin(predicted):.3g} to {np.nanmax(predicted):.3g}) on the first rows of "
+                f"{files.data[0]}: the log loss reads probabilities; end the network with "
+                "Softmax (or Sigmoid), not LogSoftmax or raw scores"
+            )
     elif width != (y.shape[1] if y.ndim == 2 else 1):
         raise OrtBenchError(
             f"{files.data[0]}: the target has {plural(y.shape[1] if y.ndim == 2 else 1, 'column')}, "
