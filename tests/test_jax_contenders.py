@@ -127,3 +127,48 @@ def test_a_graph_jax_cannot_run_names_the_operator_and_its_node():
     expected = f"jax runs no ONNX operator Erfc (node {node.name!r})"
     with pytest.raises(Unavailable, match=rf"^{re.escape(expected)}$"):
         make_contender("jax-sgd", problem, 16)
+
+
+@needs_jax
+def test_a_node_form_jax_refuses_makes_its_cell_unavailable(tmp_path):
+    """A node whose operator JAX runs, in a form it refuses (AveragePool with ceil_mode
+    and counted pads): the cell is unavailable, found before anything trains, as torch's
+    are, not failed."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ortbench.bench.contenders import unavailable_reason
+    from ortbench.bench.user_model import UserFiles, load_user_problem
+
+    nodes = [
+        helper.make_node("Reshape", ["X", "shape"], ["image"]),
+        helper.make_node(
+            "AveragePool",
+            ["image"],
+            ["pooled"],
+            name="pool",
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            ceil_mode=1,
+            count_include_pad=1,
+        ),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "W"], ["Y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([-1, 1, 4, 4], np.int64), "shape"),
+        numpy_helper.from_array(np.ones((4, 1), np.float32), "W"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 16])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 1])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, tmp_path / "net.onnx")
+    X = np.random.default_rng(0).standard_normal((80, 16)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", X=X, y=X.sum(1))
+    problem = load_user_problem(UserFiles(str(tmp_path / "net.onnx"), (str(tmp_path / "d.npz"),)))
+    reason = unavailable_reason("jax-sgd", problem, 8, "cpu")
+    assert reason == (
+        "jax runs no AveragePool with both ceil_mode and count_include_pad (node 'pool')"
+    )

@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from ...errors import OrtBenchError
 from ...training.steps.batches import RowOrder
 from ..problems import Problem
 from .base import Contender, as_prediction
@@ -112,11 +113,21 @@ def _build_step(loss, momentum: float):
 
 
 def _graph_reason(problem: Problem) -> str | None:
-    """Why jax cannot run the problem's graph, or None."""
+    """Why jax cannot run the problem's graph, or None: an operator the runner lacks, or
+    a node it refuses in the form the graph has it (found by running the graph on two
+    rows, as the torch contenders do)."""
     plan = graph_plan(problem)
     if isinstance(plan, str):
         return plan
-    return importlib.import_module("ortbench.jax_graph").unsupported(plan.model, [plan.scores])
+    runner = importlib.import_module("ortbench.jax_graph")
+    reason = runner.unsupported(plan.model, [plan.scores])
+    if reason is None:
+        try:
+            network = runner.JaxGraph(plan.model, [plan.scores], plan.weights)
+            network.apply(network.initial, np.asarray(problem.data.X_train[:2]))
+        except OrtBenchError as e:
+            reason = str(e)
+    return reason
 
 
 def _network(problem: Problem):
