@@ -19,6 +19,7 @@ import argparse
 import re
 import sys
 import warnings
+from collections.abc import Callable
 
 from . import __version__
 from .commands import EXIT_USAGE, RUNTIME_COMMANDS, compare, report
@@ -26,10 +27,19 @@ from .errors import OrtBenchError
 from .install import MissingRuntimeError
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Show a warning of a command as one line, without the source file and line that
-    Python's own format gives (a message is shown once, by the default filters)."""
-    print(f"ortbench: warning: {message}", file=file or sys.stderr)
+def _one_line_warnings() -> Callable[..., None]:
+    """A ``warnings.showwarning`` that shows a command's warning as one line, without the
+    source file and line Python's own format gives, and each message once: every
+    contender of a run reads the same model, each from its own code (the filters'
+    "once" forgets what it showed when a library's ``catch_warnings`` block ends)."""
+    shown: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if str(message) not in shown:
+            shown.add(str(message))
+            print(f"ortbench: warning: {message}", file=file or sys.stderr)
+
+    return show
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code
     try:
         with warnings.catch_warnings():
-            warnings.showwarning = _one_line_warning
+            warnings.showwarning = _one_line_warnings()
             return args.func(args)
     except OrtBenchError as e:
         print(f"ortbench: error: {e}", file=sys.stderr)

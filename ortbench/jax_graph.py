@@ -185,11 +185,19 @@ def _squeeze(node, x):
     return [jnp.squeeze(x[0], None if axes is None else tuple(axes))]
 
 
+def _as_type(value, dtype):
+    """``value`` in ``dtype``; a jax array in the type jax keeps for it (32 bits unless
+    jax's 64-bit mode is on), without the warning an explicit 64-bit request gives."""
+    if not isinstance(value, np.ndarray):
+        dtype = jax.dtypes.canonicalize_dtype(dtype)
+    return value.astype(dtype)
+
+
 def _cast(node, x):
     to = node.get("to")
     if to not in _DTYPES:
         raise _refusal(node, f"Cast to type {to}")
-    return [x[0].astype(_DTYPES[to])]
+    return [_as_type(x[0], _DTYPES[to])]
 
 
 def _onnx_slice(start: int, end: int, step: int, size: int) -> slice:
@@ -281,7 +289,7 @@ _OPS: dict[str, Op] = {
     "AveragePool": _average_pool,
     "BatchNormalization": _batch_norm,
     "Cast": _cast,
-    "CastLike": lambda node, x: [x[0].astype(x[1].dtype)],
+    "CastLike": lambda node, x: [_as_type(x[0], x[1].dtype)],
     "Clip": _clip,
     "Concat": lambda node, x: [jnp.concatenate(x, axis=node.get("axis"))],
     "Constant": lambda node, x: [constant_array(node)],

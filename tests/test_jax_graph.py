@@ -205,3 +205,16 @@ def test_the_runner_computes_and_differentiates_the_exported_network(name, opset
             np.asarray(grad), parameters[weight].grad.numpy(), rtol=1e-4, atol=1e-5,
             err_msg=weight,
         )  # fmt: skip
+
+
+def test_a_cast_to_64_bits_keeps_jax_s_own_type_without_a_warning():
+    """jax runs 32-bit integers unless its 64-bit mode is on: a Cast to INT64 of a traced
+    value (an embedding's indices) gives int32 and no warning about the truncation."""
+    import warnings
+
+    model = one_node_model("Cast", 17, {"to": TensorProto.INT64}, FLOATS, [], ["Y"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        output = jax.jit(lambda x: JaxGraph(model, ["Y"], []).apply([], x)[0])(FLOATS)
+    assert output.dtype == jax.dtypes.canonicalize_dtype(np.int64)
+    assert not [w for w in caught if "int64" in str(w.message)], [str(w.message) for w in caught]

@@ -278,3 +278,24 @@ def test_an_output_that_holds_no_probabilities_is_refused_for_the_log_loss(
     files = UserFiles(str(tmp_path / "net.onnx"), (str(tmp_path / "d.npz"),), loss="log")
     with pytest.raises(OrtBenchError, match=message):
         load_user_problem(files)
+
+
+def test_a_warning_about_the_model_is_said_once_by_the_command(tmp_path, capsys):
+    """Each contender reads the same model, each from its own code: the command says a
+    warning about it once."""
+    from ortbench.cli import main
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(NETWORKS["attention"][0](), torch.nn.Softmax(1)).eval()
+    problem = attention_problem(tmp_path, module, EXPORTS["TorchScript"])
+    assert problem.onnx_model is not None
+    capsys.readouterr()
+    code = main([
+        "bench", "--model", str(tmp_path / "net.onnx"), "--data", str(tmp_path / "digits.npz"),
+        "--loss", "log", "--contenders", "ort-portable-full", "ort-portable-fwbw", "torch-sgd",
+        "--batch-sizes", "16", "--epochs", "1", "--repeat", "1", "--keep-going",
+        "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    assert code == 0
+    said = [x for x in capsys.readouterr().err.splitlines() if "exporter merged them" in x]
+    assert len(said) == 1, said
