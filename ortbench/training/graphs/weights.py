@@ -148,6 +148,7 @@ def _warn_merged_parameters(onx: onnx.ModelProto, weights: list[str]) -> None:
         for name in node.input:
             readers.setdefault(name, []).append(node)
     values = {i.name: i for i in onx.graph.initializer}
+    merged = {}
     for name in weights:
         nodes = [
             reader
@@ -158,16 +159,18 @@ def _warn_merged_parameters(onx: onnx.ModelProto, weights: list[str]) -> None:
         ]
         value = numpy_helper.to_array(values[name])
         if len(nodes) > 1 and value.size > 1 and np.all(value == value.flat[0]):
-            warnings.warn(
-                f"weight {name!r} holds one value repeated and {len(nodes)} nodes read it: if "
-                f"these are distinct parameters of the module, torch's exporter merged them "
-                f"for their equal values and they train as one; export with "
-                f"keep_initializers_as_inputs=True (dynamo=False) or optimize=False "
-                f"(dynamo=True) to keep them apart",
-                UserWarning,
-                stacklevel=3,
-            )
-            return
+            merged[name] = len(nodes)
+    if merged:
+        which = ", ".join(f"{name!r} ({count} nodes)" for name, count in list(merged.items())[:5])
+        warnings.warn(
+            f"{len(merged)} weight{'s' * (len(merged) > 1)} hold one value repeated and "
+            f"several nodes read each: {which}; if these nodes read distinct parameters of "
+            f"the module, torch's exporter merged them for their equal values and they "
+            f"train as one; export with keep_initializers_as_inputs=True (dynamo=False) or "
+            f"optimize=False (dynamo=True) to keep them apart",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _check_trainable(onx: onnx.ModelProto, weights: list[str]) -> None:
