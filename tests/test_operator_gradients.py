@@ -356,3 +356,9 @@ def test_builder_source_text_becomes_operator_and_node():
         "no onnxruntime-training gradient for operator 'LayerNormalization' "
         "(node '/1/LayerNormalization')"
     )
+    # the source file may come without its folder: still no source text
+    raised = RuntimeError(
+        "[ONNXRuntimeError] : 1 : FAIL : graph_augmenter.cc:23 AddToExistingNodeArgs add "
+        "graph outputs - failed to find NodeArg by name: val_7_grad"
+    )
+    assert str(gradient_builder_error(raised, model)) == message

@@ -256,7 +256,8 @@ def gradient_builder_error(error: Exception, model: onnx.ModelProto) -> OrtBench
             named[1],
             named[2],
         )
-    reason = "" if "onnxruntime_src" in text or "::" in text else f": {text}"
+    source = "onnxruntime_src" in text or "::" in text or re.search(r"\w\.(cc|h):\d+", text)
+    reason = "" if source else f": {text}"
     node = _failing_node(model)
     if node is None:
         return OrtBenchError(f"onnxruntime-training cannot differentiate this model{reason}")
