@@ -7,6 +7,7 @@ import io
 import os
 import pty
 import re
+import select
 import struct
 import termios
 from dataclasses import replace
@@ -282,7 +283,10 @@ def test_a_terminal_of_no_width_gets_lines_not_an_empty_bar(columns):
         for k in range(2):
             progress.step(f"loss={k}")
         stream.flush()
-        text = os.read(reader, 65536).decode()
+        chunks = []  # a pty hands over what was written in pieces: read until it is quiet
+        while select.select([reader], [], [], 0.5)[0]:
+            chunks.append(os.read(reader, 65536))
+        text = b"".join(chunks).decode()
     os.close(reader)
     if columns:
         assert "2/2" in text and "\r" in text and "[FullTrainer]" not in text
