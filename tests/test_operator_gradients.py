@@ -171,13 +171,21 @@ NETWORKS = {
 }
 
 
+#: Networks whose activation the training build has no gradient for (it refuses them in
+#: one line): the portable backend's against torch alone.
+PORTABLE_ONLY = {
+    "Softplus": lambda: nn.Sequential(_lin(FEATURES, 6), nn.Softplus(), _lin(6)),
+    "ELU": lambda: nn.Sequential(_lin(FEATURES, 6), nn.ELU(0.5), _lin(6)),
+}
+
+
 @functools.cache
 def exported(name: str, opset: int, dynamic: bool = True):
     """The network ``name`` with random parameters and statistics (no two initializers
     equal, which the exporter would merge), in eval mode, and its ONNX export (with a
     dynamic batch dimension, else fixed at ``BATCH``)."""
     torch.manual_seed(len(name))
-    net = NETWORKS[name]()
+    net = {**NETWORKS, **PORTABLE_ONLY}[name]()
     with torch.no_grad():
         for key, tensor in [*net.named_parameters(), *net.named_buffers()]:
             if tensor.is_floating_point():  # variances positive, the rest about 0
@@ -264,6 +272,18 @@ def test_opset_20_writes_gelu_as_one_node(name):
     Tanh arithmetic before), whose gradients differ by about 1e-4."""
     _, model = exported(name, 20)
     assert "Gelu" in {node.op_type for node in model.graph.node}
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("name", list(PORTABLE_ONLY))
+def test_activations_the_training_build_lacks_have_portable_gradients(name, opset):
+    from ortbench.training.errors import NoGradientError
+    from ortbench.training.runtime.build import runtime_problem
+
+    test_gradients_equal_torch_autograd(name, "portable", opset, True)
+    if runtime_problem() is None:
+        with pytest.raises(NoGradientError, match="no onnxruntime-training gradient for"):
+            onnx_derivative(exported(name, opset)[1], backend="ort-training")
 
 
 TRAINERS = {"full": FullTrainer, "forward-backward": ForwardBackwardTrainer}

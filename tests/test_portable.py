@@ -123,6 +123,8 @@ CASES = [
     ("LayerNormalization", [(2, 3, 4), (3, 4)], {"axis": 1}, None),
     ("Erf", [(3, 4)], None, None),
     ("Gelu", [(3, 4)], None, None),
+    ("Softplus", [(3, 4)], None, None),
+    ("Elu", [(3, 4)], {"alpha": 0.5}, None),
     ("CastLike", [(3, 4)], None, [np.zeros(1, np.float32)]),
     ("Gelu", [(3, 4)], {"approximate": "tanh"}, None),
     ("Dropout", [(3, 4)], None, [np.array(0.5, np.float32)]),

@@ -85,6 +85,8 @@ SHARED_OPERATORS = [
     ("ReduceMean", 17, {"axes": [-1]}, None),
     ("ReduceMean", 18, {"keepdims": 0}, [0, 2]),
     ("Gelu", 20, {}, None),
+    ("Softplus", 17, {}, None),
+    ("Elu", 17, {"alpha": 0.5}, None),
     ("Gelu", 20, {"approximate": "tanh"}, None),
 ]
 

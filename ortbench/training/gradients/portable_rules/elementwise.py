@@ -88,6 +88,21 @@ def _leaky_relu(ctx, node, g):
     return [ctx.b.op("Where", positive, g[0], ctx.b.op("Mul", g[0], ctx.b.const(alpha)))]
 
 
+@rule("Elu")
+def _elu(ctx, node, g):
+    # y = x for x > 0, alpha (exp(x) - 1) else: the slope is 1, or y + alpha
+    alpha = node_attributes(node).get("alpha", 1.0)
+    positive = ctx.b.op("Greater", node.input[0], ctx.b.const(0.0))
+    slope = ctx.b.op("Add", node.output[0], ctx.b.const(alpha))
+    return [ctx.b.op("Where", positive, g[0], ctx.b.op("Mul", g[0], slope))]
+
+
+@rule("Softplus")
+def _softplus(ctx, node, g):
+    # d/dx log(1 + exp(x)) = sigmoid(x)
+    return [ctx.b.op("Mul", g[0], ctx.b.op("Sigmoid", node.input[0]))]
+
+
 @rule("Sigmoid")
 def _sigmoid(ctx, node, g):
     y = node.output[0]
