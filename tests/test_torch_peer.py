@@ -29,11 +29,17 @@ def digits_files(folder, module_name: str, classes: int, batch: int | None = Non
     return UserFiles(str(folder / "net.onnx"), (str(folder / "digits.npz"),), loss="log")
 
 
-def torch_sgd_losses(module, problem, epochs: int, batch: int, momentum: float = 0.0):
+def torch_sgd_losses(
+    module, problem, epochs: int, batch: int, momentum: float = 0.0, squared: bool = False
+):
     """The torch module itself trained by SGD on the problem's batches, in order: the loss
-    of each epoch (mean over rows of each batch's loss before its update)."""
+    of each epoch (mean over rows of each batch's loss before its update), the log loss
+    of its probabilities, or half the squared error of its one output."""
     X = torch.from_numpy(np.array(problem.data.X_train))
-    y = torch.from_numpy(np.searchsorted(problem.classes, problem.data.y_train))
+    if squared:
+        y = torch.from_numpy(np.array(problem.data.y_train, np.float32)).reshape(-1, 1)
+    else:
+        y = torch.from_numpy(np.searchsorted(problem.classes, problem.data.y_train))
     optimizer = torch.optim.SGD(
         module.parameters(), lr=problem.eta0, momentum=momentum, nesterov=momentum > 0
     )
@@ -43,11 +49,14 @@ def torch_sgd_losses(module, problem, epochs: int, batch: int, momentum: float =
         for start in range(0, len(X), batch):
             rows = slice(start, start + batch)
             optimizer.zero_grad()
-            p = module(X[rows]).clamp(np.finfo(np.float32).eps, 1 - np.finfo(np.float32).eps)
-            loss = -torch.log(p[torch.arange(len(p)), y[rows]]).mean()
+            if squared:
+                loss = (0.5 * (module(X[rows]) - y[rows]) ** 2).mean()
+            else:
+                p = module(X[rows]).clamp(np.finfo(np.float32).eps, 1 - np.finfo(np.float32).eps)
+                loss = -torch.log(p[torch.arange(len(p)), y[rows]]).mean()
             loss.backward()
             optimizer.step()
-            total += loss.item() * len(p)
+            total += loss.item() * len(X[rows])
         curve.append(total / len(X))
     return curve
 
@@ -239,20 +248,7 @@ def test_buffers_and_constants_of_a_default_export_stay_constant(tmp_path):
         problem = dataclasses.replace(load_user_problem(files), eta0=0.01)
     said = [str(w.message) for w in caught if "buffers or constants" in str(w.message)]
     assert said and "['mu', 'sd', 'clone']" in said[0], said
-    Xt = torch.from_numpy(np.array(problem.data.X_train))
-    yt = torch.from_numpy(np.array(problem.data.y_train, np.float32)).reshape(-1, 1)
-    optimizer = torch.optim.SGD(module.parameters(), lr=problem.eta0)
-    expected = []
-    for _ in range(3):
-        total = 0.0
-        for start in range(0, len(Xt), 16):
-            rows = slice(start, start + 16)
-            loss = (0.5 * (module(Xt[rows]) - yt[rows]) ** 2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(Xt[rows])
-        expected.append(total / len(Xt))
+    expected = torch_sgd_losses(module.train(), problem, 3, 16, squared=True)
     assert_every_contender_follows(problem, expected)
 
 
