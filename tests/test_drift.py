@@ -115,6 +115,10 @@ def test_drift_that_could_explain_a_slowdown_is_inconclusive(tmp_path, capsys):
     assert status == 4
     assert captured.err == "ortbench: inconclusive: re-run with ortbench ab\n"
     assert "1 drift?" in captured.out and "regressed" not in captured.out
+    heading = next(row for row in captured.out.splitlines() if row.startswith("## "))
+    assert heading == (
+        "## Benchmarks: Inconclusive: a slowdown the machine's drift could explain"
+    ), "an inconclusive verdict read as a pass"
 
 
 def test_compare_verdicts_are_labelled_indicative(tmp_path, capsys):

@@ -111,6 +111,8 @@ class Comparison:
         """The report's verdict in a few words."""
         if self.failing:
             return "Regressions found"
+        if self.inconclusive:
+            return "Inconclusive: a slowdown the machine's drift could explain"
         return "No regression" if self.measured else "Nothing measured on both sides"
 
 
