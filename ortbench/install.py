@@ -18,6 +18,10 @@ EXTRAS = {
     "gpu": "onnxruntime-gpu: the portable contenders, on CUDA too",
 }
 
+#: How to install the peers' libraries, which their contenders' "unavailable" reasons name.
+TORCH_INSTALL = "pip install torch"
+JAX_INSTALL = "pip install 'ortbench[jax]'"
+
 #: How to install the training build, the only one that runs every contender.
 TRAINING_INSTALL = "pip install 'ortbench[training]' in a fresh environment, Python 3.10 to 3.12"
 

@@ -53,9 +53,9 @@ def numpy_output(problem, X) -> np.ndarray:
 
 def expected_unavailable(name: str, problem, batch_size: int) -> str | None:
     if name.startswith("torch") and not TORCH:
-        return "torch is not installed"
+        return "needs torch: pip install torch"
     if name.startswith("jax") and not JAX:
-        return "needs jax"
+        return "needs jax: pip install 'ortbench[jax]'"
     if name == "sklearn-sgd" and not problem.is_linear:
         return "linear"
     return None
@@ -313,3 +313,16 @@ def test_engine_contenders_pass_their_thread_setting_to_the_trainer(threads):
     assert contender.trainer._sessions.threads == threads
     # what results.csv records: the threads, 0 for onnxruntime's pool
     assert contender.session_threads() == (threads or 0)
+
+
+def test_without_torch_its_contenders_say_how_to_install_it(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    problem = make_problem("mlp", "diabetes", n_samples=200)
+    names = [name for name in CONTENDERS if name.startswith("torch-")]
+    assert names == ["torch-sgd", "torch-nesterov"]
+    for name in names:
+        with pytest.raises(Unavailable, match=r"^needs torch: pip install torch$"):
+            make_contender(name, problem, 16)

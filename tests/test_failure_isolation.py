@@ -74,4 +74,4 @@ def test_bench_gives_the_contender_without_gradient_its_own_row(tmp_path):
         assert status["ort-fwbw"] == no_gradient
     else:
         assert status["ort-fwbw"].startswith("unavailable: needs onnxruntime-training")
-    assert status["torch-sgd"] == ("ok" if TORCH else "unavailable: torch is not installed")
+    assert status["torch-sgd"] == ("ok" if TORCH else "unavailable: needs torch: pip install torch")

@@ -89,7 +89,7 @@ def test_without_jax_its_contenders_say_so(monkeypatch):
     names = [name for name in CONTENDERS if name.startswith("jax-")]
     assert names == ["jax-sgd", "jax-nesterov", "jax-scan"]
     for name in names:
-        with pytest.raises(Unavailable, match=r"^needs jax$"):
+        with pytest.raises(Unavailable, match=r"^needs jax: pip install 'ortbench\[jax\]'$"):
             make_contender(name, problem, 16)
 
 

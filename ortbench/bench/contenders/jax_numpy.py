@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from ...errors import OrtBenchError
+from ...install import JAX_INSTALL
 from ...training.steps.batches import RowOrder
 from ..problems import Problem
 from .base import Contender, as_prediction
@@ -151,7 +152,7 @@ class JaxSGD(Contender):
     @classmethod
     def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
         if importlib.util.find_spec("jax") is None:
-            return "needs jax"
+            return f"needs jax: {JAX_INSTALL}"
         reason = inexpressible(problem, "jax") if problem.reference else _graph_reason(problem)
         if reason:
             return reason

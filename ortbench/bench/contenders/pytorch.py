@@ -14,6 +14,7 @@ from functools import cache
 
 import numpy as np
 
+from ...install import TORCH_INSTALL
 from ...training import OrtBenchError
 from ...training.steps.batches import RowOrder
 from ..problems import Problem
@@ -60,7 +61,7 @@ class TorchSGD(Contender):
     @classmethod
     def unavailable(cls, problem: Problem, batch_size: int, device: str) -> str | None:
         if importlib.util.find_spec("torch") is None:
-            return "torch is not installed"
+            return f"needs torch: {TORCH_INSTALL}"
         if device != "cpu" and not _torch().cuda.is_available():
             return "torch sees no CUDA device"
         plan = _plan(problem)
