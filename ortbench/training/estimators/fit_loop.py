@@ -102,7 +102,7 @@ class FitLoop:
             self.t_ = 0
             self.train_losses_ = []
             self.validation_losses_ = []
-        elif repr(self.learning_rate_) != repr(self._new_learning_rate()):
+        elif not self._rate_unchanged():
             # the schedule goes on from the samples seen, at the new hyper-parameters
             self.learning_rate_ = self._new_learning_rate()
             if self.t_:
@@ -184,6 +184,14 @@ class FitLoop:
         rate = clone(self.learning_rate or LearningRateSGD())
         return rate.init_learning_rate()
 
+    def _rate_unchanged(self) -> bool:
+        """Whether the fitted learning rate has the hyper-parameters the estimator's would
+        have now (compared as parameters: scikit-learn's ``repr`` costs milliseconds)."""
+        new = self._new_learning_rate()
+        return type(new) is type(self.learning_rate_) and (
+            new.get_params() == self.learning_rate_.get_params()
+        )
+
     def _has_trained_state(self) -> bool:
         """Whether a previous fit left weights to continue from (fitted or unpickled)."""
         return hasattr(self, "train_losses_") and (
@@ -193,7 +201,7 @@ class FitLoop:
     def _kept_optimizer_state(self):
         """The optimizer state a rebuild carries over: None (restart at zero) when the
         learning rate changed or training diverged."""
-        if self._built_key is None or repr(self.learning_rate_) != repr(self._new_learning_rate()):
+        if self._built_key is None or not self._rate_unchanged():
             if self.learning_rate_.n_states:
                 warnings.warn(
                     f"{type(self).__name__}: the optimizer state (momentum) restarts from "
