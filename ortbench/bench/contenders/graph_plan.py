@@ -17,7 +17,7 @@ import onnx
 
 from ...training import OrtBenchError
 from ...training.graphs.nodes import rewrite_linear_nodes
-from ...training.graphs.outputs import classifier_output, training_output
+from ...training.graphs.outputs import log_loss_output, training_output
 from ...training.graphs.weights import check_weight_names
 from ...training.losses import BaseLearningLoss, NegLogLearningLoss, loss_from_name
 from ..problems import Problem
@@ -48,7 +48,7 @@ def graph_plan(problem: Problem) -> GraphPlan | str:
         model = rewrite_linear_nodes(problem.onnx_model)
         weights = check_weight_names(model, list(problem.weights) if problem.weights else None)
         scores, function = training_output(model), None
-        classifier = classifier_output(model) if problem.loss_name == "log" else None
+        classifier = log_loss_output(model) if problem.loss_name == "log" else None
         if classifier is not None and classifier.function is not None:
             scores, function = classifier.scores, classifier.function
     except OrtBenchError as e:

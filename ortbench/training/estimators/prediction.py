@@ -195,7 +195,11 @@ class PredictionExport:
         return self._probabilities(self._predictions(X))
 
     def _probabilities(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
-        return outputs[self._proba_name or self.output_name_]
+        proba = outputs[self._proba_name or self.output_name_]
+        if proba.shape[1] == 1 and len(self.classes_) == 2:
+            # one Sigmoid column: the positive class's probability
+            return np.hstack([1 - proba, proba])
+        return proba
 
     def score(self, X, y, sample_weight=None) -> float:
         """Accuracy for classifiers, R² for regressors, as scikit-learn defines them.

@@ -17,6 +17,7 @@ from ..graphs.outputs import (
     classifier_output,
     flattening_reshape,
     select_outputs,
+    sigmoid_column,
     static_width,
     training_output,
 )
@@ -49,9 +50,12 @@ class ModelPreparation:
         self._label_columns = None
         loss = self._learning_loss()
         predictions = [o.name for o in model.graph.output if o.name not in losses]
-        classifier = classifier_output(select_outputs(model, predictions) if losses else model)
+        predicting = select_outputs(model, predictions) if losses else model
+        classifier = classifier_output(predicting)
         if loss is None:
             loss = NegLogLearningLoss() if classifier else SquareLearningLoss()
+        if loss.is_classification and classifier is None:
+            classifier = sigmoid_column(predicting)
         if loss.is_classification and classifier is not None:
             loss = self._classifier_loss(loss, classifier)
         self.learning_loss_ = loss
@@ -194,6 +198,13 @@ class ModelPreparation:
         if n_classes < 2:
             raise OrtBenchError(f"y has one class ({self.classes_[0]!r}): a classifier needs two")
         index = np.searchsorted(self.classes_, y)
+        if width == 1 and n_classes == 2 and self._proba_name is None:
+            raise OrtBenchError(
+                f"the model's output {self.output_name_!r} has one column for 2 classes: the "
+                f"log loss of one probability column needs the Sigmoid that makes it as the "
+                f"output's last node (the binary loss is then computed on its scores); or "
+                f"output one probability column per class"
+            )
         if width == 1 and n_classes == 2:
             return np.ascontiguousarray(index.reshape(-1, 1), dtype=np.float32)
         if n_classes != width:

@@ -75,6 +75,31 @@ def classifier_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
     return ClassifierOutput(probabilities, scores, function, columns)
 
 
+def sigmoid_column(onx: onnx.ModelProto) -> ClassifierOutput | None:
+    """The one probability column of a plain graph whose output is a ``Sigmoid``'s (a
+    binary classifier as torch's ``BCELoss`` trains it), or None for another graph.
+
+    Its log loss is the binary one, -(y log p + (1 - y) log(1 - p)), which the log loss
+    gives on the Sigmoid's scores (``probability_function='sigmoid'``); on the column
+    itself it would count the positive class only.
+    """
+    output = training_output(onx)
+    producers = {o: n for n in onx.graph.node for o in n.output}
+    node = producers.get(output)
+    while node is not None and node.op_type == "Identity":
+        node = producers.get(node.input[0])
+    if node is None or node.op_type != "Sigmoid" or static_width(onx, output) != 1:
+        return None
+    return ClassifierOutput(output, node.input[0], "sigmoid", 1)
+
+
+def log_loss_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
+    """What the log loss trains of a graph: a classifier's probabilities
+    (:func:`classifier_output`) or a plain graph's Sigmoid column (:func:`sigmoid_column`);
+    None when the trained output is read as probabilities as it is."""
+    return classifier_output(onx) or sigmoid_column(onx)
+
+
 def _probability_function(onx, producers, probabilities: str) -> tuple[str, str | None]:
     """(raw scores, 'sigmoid' | 'softmax') behind ``probabilities``, or (it, None)."""
     constants = {i.name: numpy_helper.to_array(i) for i in onx.graph.initializer}
