@@ -24,7 +24,7 @@ from ortbench.profiling import ort_profile, pyspy
 from ortbench.profiling.calltree import CallTree, profile_call, short_path
 from ortbench.profiling.driver import MAX_EPOCHS, MIN_EPOCHS, WINDOW_SECONDS, steady_epochs
 from ortbench.profiling.hotspots import hotspots_markdown
-from ortbench.profiling.steps import PHASES, steps_markdown
+from ortbench.profiling.steps import ORDER, PHASES, steps_markdown
 from ortbench.report.plots import coinciding
 from ortbench.report.profile_page import calltree_html
 from ortbench.report.units import round_to_noise
@@ -178,7 +178,7 @@ def test_an_epoch_loop_is_one_run_per_epoch(regression, mlp_onnx, tmp_path):
     assert len(nested) == 3 * (1 + per_epoch)  # each epoch's run, then each step's body
     # a window of the last two epochs
     text = steps_markdown({"FullTrainer_epoch_loop": runs[1:]}, 2 * per_epoch, 1e6, 1.0)
-    assert f", {1 / per_epoch:g} onnxruntime runs per step" in text
+    assert f", {1 / per_epoch:.3g} onnxruntime runs per step" in text
     one = steps_markdown({"FullTrainer_epoch_loop": runs[1:]}, 2, 1e6, 1.0)
     assert "2 steps after warm-up, 1 onnxruntime run per step." in one
     # the Scan's row holds its own time: no node time is counted twice
@@ -324,10 +324,11 @@ def percent(cell: str) -> float:
 def test_steps_split_synthetic_runs_into_phases():
     steps = 4
     # the agent runs forward then backward in one session, alternately
+    # (the traces' order of sessions: the update's first)
     run_times = {
+        "ForwardBackwardTrainer_update": [3.0, 5.0] * (steps // 2),
         "ForwardBackwardTrainer_agent": [10.0, 30.0] * steps,
         "ForwardBackwardTrainer_loss": [5.0] * steps,
-        "ForwardBackwardTrainer_update": [3.0, 5.0] * (steps // 2),
         "some_other_session": [1000.0] * steps,  # not a trainer's phase: ignored
     }
     step_us = 60.0
@@ -340,6 +341,14 @@ def test_steps_split_synthetic_runs_into_phases():
         "update (penalty fused)": 4.0,
         "outside onnxruntime": 60.0 - 10 - 30 - 5 - 4,
     }
+    # the rows in the order a step runs them
+    assert list(table) == [
+        "forward",
+        "loss and its gradient",
+        "backward",
+        "update (penalty fused)",
+        "outside onnxruntime",
+    ]
     assert set(table) == set(expected)
     for phase, us in expected.items():
         assert table[phase][0] == pytest.approx(us, abs=0.05), phase
@@ -367,6 +376,8 @@ def test_every_session_of_a_step_has_its_phase(name, monkeypatch):
     contender.fit(1)
     contender.continue_fit(1)
     assert labels and set(labels) <= set(PHASES), labels
+    # and each phase has its place in the table's order
+    assert {phase for label in labels for phase in PHASES[label]} <= set(ORDER)
 
 
 class FakeStats:
@@ -502,7 +513,7 @@ def test_the_window_holds_steps_only_where_the_fit_times_its_threads(tmp_path, m
     assert main([*argv, "--out", str(tmp_path)]) == 0
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     text = (run / "profile-ort-portable-full" / "steps.md").read_text()
-    assert f"24 steps after warm-up, {(24 + 3) / 24:g} onnxruntime runs per step." in text
+    assert "24 steps after warm-up, 1.12 onnxruntime runs per step." in text
     shares = [float(x) for x in re.findall(r"\| ([\d.]+)% \|", text)]
     assert len(shares) == 3 and sum(shares) == pytest.approx(100, abs=0.2), text
 
@@ -525,6 +536,20 @@ def test_a_flame_graph_of_a_few_samples_says_so(tmp_path):
     (folder / "profile.json").write_text(json.dumps(info))
     assert main(["report", str(run)]) == 0
     assert "<p>900 samples. Click a frame" in (run / "index.html").read_text()
+
+
+def test_a_contender_without_onnxruntime_sessions_is_not_said_to_have_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)
+    for name in ["sklearn-mlp-sgd", "ort-portable-full"]:
+        argv = ["profile", name, "--epochs", "1", "--out", str(tmp_path / name)]
+        assert main(argv) == 0
+        (run,) = (tmp_path / name).iterdir()
+        page = (run / "index.html").read_text()
+        said = "1 warm-up epoch, and onnxruntime's profiler its first epochs;" in page
+        assert said == (name != "sklearn-mlp-sgd"), name
+        assert "1 warm-up epoch; the build" in page or said, name
+        steps = (run / f"profile-{name}" / "steps.md").read_text()
+        assert ("runs no onnxruntime session" in steps) == (not said), name
 
 
 @pytest.mark.training_build

@@ -163,6 +163,8 @@ def profile(request: ProfileRequest, out: Path, log=print, client: Path | None =
             folder,
         )
     )
+    # torch, JAX and scikit-learn contenders run no session: their page says nothing of it
+    info["runtime_sessions"] = any((folder / "onnxruntime").glob("*.json"))
     save()
 
     log(f"[4/{stages}] py-spy over the same window")

@@ -25,8 +25,23 @@ PHASES = {
 }
 
 
+#: The phases in the order a step runs them (the losses of an epoch after its steps).
+ORDER = (
+    "forward",
+    "loss and its gradient",
+    "backward",
+    "forward, loss and backward",
+    "forward, loss, backward and update",
+    "every step of an epoch, in one run",
+    "update (penalty fused)",
+    "update",
+    "losses, once an epoch",
+)
+
+
 def phase_times(run_times: dict[str, list[float]], steps: int) -> dict[str, float]:
-    """Microseconds per step for each phase, from the per-session run durations."""
+    """Microseconds per step for each phase, from the per-session run durations, in the
+    order a step runs the phases."""
     phases: dict[str, float] = {}
     for label, durations in run_times.items():
         if label not in PHASES or not durations:
@@ -35,7 +50,7 @@ def phase_times(run_times: dict[str, list[float]], steps: int) -> dict[str, floa
         for k, duration in enumerate(durations):
             phase = names[k % len(names)]
             phases[phase] = phases.get(phase, 0.0) + duration / steps
-    return phases
+    return dict(sorted(phases.items(), key=lambda item: ORDER.index(item[0])))
 
 
 def steps_markdown(
@@ -49,7 +64,7 @@ def steps_markdown(
     phases = phase_times(run_times, steps)
     inside = sum(phases.values())
     runs = sum(len(d) for label, d in run_times.items() if label in PHASES) / steps
-    per_step = f"{runs:g} onnxruntime {'run' if runs == 1 else 'runs'} per step"
+    per_step = f"{runs:.3g} onnxruntime {'run' if runs == 1 else 'runs'} per step"
     lines = [
         "# Where a step goes",
         "",

@@ -100,12 +100,14 @@ def _tree(path: Path, title: str) -> str:
 def _what_ran(info: dict) -> str:
     rows = info.get("training_rows")  # absent from the profiles of earlier versions
     data = html.escape(info["dataset"]) + (f" ({rows} training rows)" if rows else "")
+    # (absent from the profiles of earlier versions, which profiled engine contenders only)
+    runtime = ", and onnxruntime's profiler its first epochs" * info.get("runtime_sessions", True)
     return (
         f"<p>{html.escape(info['problem'])} on {data}, batch size "
         f"{info['batch_size']}, {html.escape(info['device'])}. cProfile and py-spy watched "
         f"the same steady window, {plural(info['epochs'], 'epoch')} after the build and "
-        f"{plural(info['warmup_epochs'], 'warm-up epoch')}, and onnxruntime's profiler its first "
-        "epochs; the build has its own call tree below.</p>"
+        f"{plural(info['warmup_epochs'], 'warm-up epoch')}{runtime}; the build has its own "
+        "call tree below.</p>"
     )
 
 
