@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import onnx
+import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sklearn.datasets import load_breast_cancer
@@ -163,6 +164,29 @@ def test_every_contender_trains_the_binary_loss_of_a_users_sigmoid_column(data, 
     reference = curves.pop("sklearn-mlp-sgd")
     for name, curve in curves.items():
         np.testing.assert_allclose(curve, reference, rtol=2e-4, err_msg=name)
+
+
+def test_class_names_of_a_csv_train_as_their_sorted_index(data, tmp_path):
+    """A CSV's text labels are classes in sorted order, the last one positive, as the
+    trainers' ``classes_``: the same problem as its integer labels."""
+    X, y = data
+    model = sigmoid_mlp(_started(X, y))
+    onnx.save(model, tmp_path / "binary.onnx")
+    table = pd.DataFrame(X, columns=[f"x{i}" for i in range(X.shape[1])]).assign(label=y)
+    table.to_csv(tmp_path / "names.csv", index=False)
+    named = load_user_problem(
+        UserFiles(
+            str(tmp_path / "binary.onnx"), (str(tmp_path / "names.csv"),), "label", loss="log"
+        )
+    )
+    numbered = _files(tmp_path, model, X, (y == "malignant").astype(np.int64))
+    expected = load_user_problem(numbered)
+    assert named.task == "binary"
+    np.testing.assert_array_equal(named.data.y_train, expected.data.y_train)
+    curves = [
+        make_contender("ort-portable-full", p, BATCH).fit(1).loss_curve_ for p in (named, expected)
+    ]
+    assert curves[0] == curves[1]
 
 
 def test_bench_refuses_one_column_not_made_by_a_sigmoid(data, tmp_path, capsys):

@@ -443,6 +443,9 @@ def bad_inputs(folder):
         folder / "header.csv", index=False
     )
     pd.DataFrame({"t": X[:, 0]}).to_csv(folder / "target.csv", index=False)
+    pd.DataFrame(X, columns=list("abcd")).assign(t=np.where(X[:, 0] > 0, "yes", "no")).to_csv(
+        folder / "names.csv", index=False
+    )
     m, ok = str(folder / "m.onnx"), str(folder / "ok.npz")
     return [
         ([str(folder / "text.onnx"), ok], ["text.onnx", "not an ONNX model"]),
@@ -460,6 +463,10 @@ def bad_inputs(folder):
         ),
         ([m, ok, "--weights", "W9"], ["m.onnx", "unknown weight 'W9'"]),
         ([m, ok, "--loss", "log"], ["ok.npz", "integer class labels"]),
+        (
+            [m, str(folder / "names.csv"), "--target", "t"],
+            ["names.csv", "class names ('no', 'yes')", "--loss log"],
+        ),
     ]
 
 

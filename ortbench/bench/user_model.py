@@ -140,6 +140,7 @@ def load_user_problem(files: UserFiles, seed: int = 0) -> Problem:
     if loss not in USER_LOSSES:
         raise OrtBenchError(f"--loss {loss!r} is not one of {list(USER_LOSSES)}")
     weights = _check_weights(model, files)
+    y = _encoded_labels(y, loss, files)
     task = _task(y, loss, files)
     _check_forward(model, input_name, X, y, loss, files)
     try:
@@ -164,6 +165,27 @@ def _load_model(path: str) -> onnx.ModelProto:
     except OrtBenchError as e:
         raise OrtBenchError(f"{path}: {e}: a model to train outputs float values") from None
     return model
+
+
+def _text_labels(y: np.ndarray) -> bool:
+    """Whether ``y`` is one column of strings (class names), none missing."""
+    return y.ndim == 1 and y.dtype.kind in "OU" and all(isinstance(v, str) for v in y.tolist())
+
+
+def _encoded_labels(y: np.ndarray, loss: str, files: UserFiles) -> np.ndarray:
+    """Class names as the index of each in their sorted order (the order of the trainers'
+    ``classes_``, whose last class is a binary problem's positive one); others as given."""
+    if not _text_labels(y):
+        return y
+    if loss != "log":
+        where = files.data[-1] if len(files.data) > 1 else files.data[0]
+        names = np.unique(y)
+        shown = ", ".join(map(repr, names[:3])) + (", ..." if len(names) > 3 else "")
+        raise OrtBenchError(
+            f"{where}: y holds class names ({shown}): they train with --loss log; give "
+            "numbers for a regression"
+        )
+    return np.unique(y, return_inverse=True)[1].astype(np.int64)
 
 
 def _as_numbers(array, path: str, what: str, dtype) -> np.ndarray:
@@ -261,7 +283,10 @@ def _load_data(files: UserFiles) -> tuple[np.ndarray, np.ndarray, np.ndarray | N
     if X.ndim != 2:
         raise OrtBenchError(f"{paths[0]}: X has shape {X.shape}: give a 2-D array (rows, features)")
     y = np.asarray(y)
-    y = _as_numbers(y, paths[1], "y", y.dtype if np.issubdtype(y.dtype, np.integer) else np.float32)
+    if not _text_labels(y):  # those are class labels, encoded once the loss is known
+        y = _as_numbers(
+            y, paths[1], "y", y.dtype if np.issubdtype(y.dtype, np.integer) else np.float32
+        )
     if len(y) != len(X):
         raise OrtBenchError(f"{paths[1]}: y has {len(y)} rows but X has {len(X)}")
     if w is not None:
