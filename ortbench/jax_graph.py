@@ -171,6 +171,27 @@ def _layer_norm(node, x):
     return [out, mean, inverse]
 
 
+def _instance_norm(node, x):
+    data, scale, bias = x
+    dims = tuple(range(2, data.ndim))
+    mean = data.mean(axis=dims, keepdims=True)
+    centered = data - mean
+    inverse = jax.lax.rsqrt(
+        (centered * centered).mean(axis=dims, keepdims=True) + node.get("epsilon", 1e-5)
+    )
+    shape = (-1,) + (1,) * (data.ndim - 2)
+    return [centered * inverse * scale.reshape(shape) + bias.reshape(shape)]
+
+
+def _selu(node, x):
+    alpha = node.get("alpha", 1.67326319217681884765625)
+    return [jax.nn.elu(x[0], alpha) * node.get("gamma", 1.05070102214813232421875)]
+
+
+def _hard_sigmoid(node, x):
+    return [jnp.clip(x[0] * node.get("alpha", 0.2) + node.get("beta", 0.5), 0.0, 1.0)]
+
+
 def _transpose(node, x):
     perm = node.get("perm") or list(reversed(range(x[0].ndim)))
     return [jnp.transpose(x[0], perm)]
@@ -290,6 +311,7 @@ _OPS: dict[str, Op] = {
     "BatchNormalization": _batch_norm,
     "Cast": _cast,
     "CastLike": lambda node, x: [_as_type(x[0], x[1].dtype)],
+    "Celu": lambda node, x: [jax.nn.celu(x[0], node.get("alpha", 1.0))],
     "Clip": _clip,
     "Concat": lambda node, x: [jnp.concatenate(x, axis=node.get("axis"))],
     "Constant": lambda node, x: [constant_array(node)],
@@ -312,7 +334,10 @@ _OPS: dict[str, Op] = {
         x[0].mean(axis=tuple(range(2, x[0].ndim)), keepdims=True)
     ],
     "Greater": binary(jnp.greater),
+    "HardSigmoid": _hard_sigmoid,
+    "HardSwish": unary(jax.nn.hard_swish),
     "Identity": lambda node, x: [x[0]],
+    "InstanceNormalization": _instance_norm,
     "LayerNormalization": _layer_norm,
     "LeakyRelu": lambda node, x: [jax.nn.leaky_relu(x[0], node.get("alpha", 0.01))],
     "Less": binary(jnp.less),
@@ -322,16 +347,19 @@ _OPS: dict[str, Op] = {
     "Max": variadic(jnp.maximum),
     "MaxPool": _max_pool,
     "Min": variadic(jnp.minimum),
+    "Mish": unary(jax.nn.mish),
     "Mod": lambda node, x: [(jnp.fmod if node.get("fmod", 0) else jnp.remainder)(*x)],
     "Mul": binary(jnp.multiply),
     "Neg": unary(jnp.negative),
     "Not": unary(jnp.logical_not),
     "Pow": lambda node, x: [jnp.power(x[0], x[1]).astype(x[0].dtype)],
+    "PRelu": lambda node, x: [jnp.where(x[0] >= 0, x[0], x[0] * x[1])],
     "Reciprocal": unary(jnp.reciprocal),
     "ReduceMean": reduce(jnp.mean, "axis", "keepdims"),
     "ReduceSum": reduce(jnp.sum, "axis", "keepdims"),
     "Relu": unary(jax.nn.relu),
     "Reshape": reshape,
+    "Selu": _selu,
     "Shape": lambda node, x: [np.array(x[0].shape[node.get("start", 0) : node.get("end")])],
     "Sigmoid": unary(jax.nn.sigmoid),
     "Slice": _slice,

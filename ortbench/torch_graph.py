@@ -176,6 +176,18 @@ def _layer_norm(node, x):
     return [out, mean, inverse]
 
 
+def _instance_norm(node, x):
+    data, scale, bias = x
+    dims = list(range(2, data.dim()))
+    mean = data.mean(dim=dims, keepdim=True)
+    centered = data - mean
+    inverse = torch.rsqrt(
+        (centered * centered).mean(dim=dims, keepdim=True) + node.get("epsilon", 1e-5)
+    )
+    shape = (-1,) + (1,) * (data.dim() - 2)
+    return [centered * inverse * scale.reshape(shape) + bias.reshape(shape)]
+
+
 def _gather(node, x):
     data, indices = x
     axis = node.get("axis", 0) % data.dim()
@@ -201,6 +213,19 @@ def _split(node, x):
     return list(torch.split(data, sizes, dim=axis))
 
 
+def _slice_indices(start: int, end: int, step: int, size: int) -> range:
+    """The indices Slice keeps on an axis of ``size``, as the ONNX spec clamps the bounds:
+    a negative bound counts from the end, then going forwards both clamp into
+    [0, size], going backwards the start into [0, size - 1] and the end into
+    [-1, size - 1], -1 being before the axis (Python's slicing would drop a start before
+    the axis instead)."""
+    start += size if start < 0 else 0
+    end += size if end < 0 else 0
+    if step > 0:
+        return range(min(max(start, 0), size), min(max(end, 0), size), step)
+    return range(min(max(start, 0), size - 1), min(max(end, -1), size - 1), step)
+
+
 def _slice(node, x):
     data = x[0]
     if node.opset < 10:
@@ -214,13 +239,9 @@ def _slice(node, x):
     steps = steps or [1] * len(starts)
     for start, end, axis, step in zip(starts, ends, axes, steps):
         axis %= data.dim()
-        kept = range(data.shape[axis])[slice(start, end, step)]
-        if step > 0:
+        kept = _slice_indices(start, end, step, data.shape[axis])
+        if step == 1:  # a view
             data = data.narrow(axis, kept.start, len(kept))
-            if step > 1:
-                data = data.index_select(
-                    axis, torch.arange(0, data.shape[axis], step, device=data.device)
-                )
         else:
             index = torch.tensor(list(kept), dtype=torch.long, device=data.device)
             data = data.index_select(axis, index)
@@ -290,8 +311,12 @@ def _clip(node, x):
 
 
 def _arg_max(node, x):
-    axis = node.get("axis", 0)
-    return [torch.argmax(x[0], dim=axis, keepdim=bool(node.get("keepdims", 1)))]
+    data, axis = x[0], node.get("axis", 0)
+    keep = bool(node.get("keepdims", 1))
+    if node.get("select_last_index", 0):  # the first of the flipped axis is the last
+        last = torch.argmax(torch.flip(data, [axis]), dim=axis, keepdim=keep)
+        return [data.shape[axis] - 1 - last]
+    return [torch.argmax(data, dim=axis, keepdim=keep)]
 
 
 def _pow(node, x):
@@ -303,6 +328,15 @@ def _gelu(node, x):
     return [F.gelu(x[0], approximate=node.get("approximate", "none"))]
 
 
+def _selu(node, x):
+    alpha = node.get("alpha", 1.67326319217681884765625)
+    return [F.elu(x[0], alpha) * node.get("gamma", 1.05070102214813232421875)]
+
+
+def _hard_sigmoid(node, x):
+    return [torch.clamp(x[0] * node.get("alpha", 0.2) + node.get("beta", 0.5), 0.0, 1.0)]
+
+
 #: The ONNX operators (default domain) the runner executes.
 OPS: dict[str, Op] = {
     "Abs": unary(torch.abs),
@@ -312,6 +346,7 @@ OPS: dict[str, Op] = {
     "BatchNormalization": _batch_norm,
     "Cast": _cast,
     "CastLike": lambda node, x: [x[0].to(x[1].dtype)],
+    "Celu": lambda node, x: [F.celu(x[0], node.get("alpha", 1.0))],
     "Clip": _clip,
     "Concat": lambda node, x: [torch.cat(x, dim=node.get("axis"))],
     "Constant": _constant,
@@ -330,7 +365,10 @@ OPS: dict[str, Op] = {
     "Gemm": gemm,
     "GlobalAveragePool": lambda node, x: [x[0].mean(dim=list(range(2, x[0].dim())), keepdim=True)],
     "Greater": binary(torch.gt),
+    "HardSigmoid": _hard_sigmoid,
+    "HardSwish": unary(F.hardswish),
     "Identity": lambda node, x: [x[0]],
+    "InstanceNormalization": _instance_norm,
     "LayerNormalization": _layer_norm,
     "LeakyRelu": lambda node, x: [F.leaky_relu(x[0], node.get("alpha", 0.01))],
     "Less": binary(torch.lt),
@@ -340,16 +378,19 @@ OPS: dict[str, Op] = {
     "Max": variadic(torch.maximum),
     "MaxPool": _max_pool,
     "Min": variadic(torch.minimum),
+    "Mish": unary(F.mish),
     "Mod": lambda node, x: [(torch.fmod if node.get("fmod", 0) else torch.remainder)(*x)],
     "Mul": binary(torch.mul),
     "Neg": unary(torch.neg),
     "Not": unary(torch.logical_not),
     "Pow": _pow,
+    "PRelu": lambda node, x: [torch.where(x[0] >= 0, x[0], x[0] * x[1])],
     "Reciprocal": unary(torch.reciprocal),
     "ReduceMean": reduce(torch.mean, "dim", "keepdim"),
     "ReduceSum": reduce(torch.sum, "dim", "keepdim"),
     "Relu": unary(torch.relu),
     "Reshape": reshape,
+    "Selu": _selu,
     "Shape": _shape,
     "Sigmoid": unary(torch.sigmoid),
     "Slice": _slice,

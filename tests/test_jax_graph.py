@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 jax = pytest.importorskip("jax")
 torch = pytest.importorskip("torch")
-from torch_modules import NETWORKS, exported_case  # noqa: E402
+from torch_modules import NETWORKS, PORTABLE_ONLY, exported_case  # noqa: E402
 
 from ortbench.jax_graph import JaxGraph  # noqa: E402
 from ortbench.training import OrtBenchError  # noqa: E402
@@ -52,6 +52,7 @@ OPERATORS = [
     ("AveragePool", 18, {"kernel_shape": [2, 2], "auto_pad": "VALID", "pads": [1, 1, 1, 1]}, IMAGE, [], 1),
     ("BatchNormalization", 15, {}, FLOATS, [floats(1, 2, 3), floats(0, 1, -1), floats(0.5, 0, -2), floats(1, 0.5, 2)], 1),
     ("BatchNormalization", 15, {"epsilon": 0.1}, FLOATS[0, :, :, 0].T, [floats(1, 2, 3), floats(0, 1, -1), floats(0.5, 0, -2), floats(1, 0.5, 2)], 1),
+    ("Celu", 12, {"alpha": 0.5}, FLOATS, [], 1),
     ("Clip", 13, {}, FLOATS, [floats(-0.5).reshape(()), floats(0.7).reshape(())], 1),
     ("Clip", 13, {}, FLOATS, [None, floats(0.7).reshape(())], 1),
     ("Clip", 13, {}, FLOATS, [floats(-0.5).reshape(())], 1),
@@ -68,19 +69,28 @@ OPERATORS = [
     ("Expand", 13, {}, FLOATS[0, :, :1, 0], [ints(1, 1)], 1),
     ("GlobalAveragePool", 1, {}, FLOATS, [], 1),
     ("GlobalAveragePool", 1, {}, FLOATS[0], [], 1),
+    ("HardSigmoid", 6, {"alpha": 0.9, "beta": 0.2}, FLOATS, [], 1),
+    ("HardSwish", 14, {}, 3 * FLOATS, [], 1),
+    ("InstanceNormalization", 6, {"epsilon": 0.1}, FLOATS, [floats(1, 2, -3), floats(0, 1, -1)], 1),
+    ("InstanceNormalization", 6, {}, FLOATS[0], [floats(1, 0.5, 2, -1), floats(0.5, 0, 1, 2)], 1),
     ("LeakyRelu", 16, {}, FLOATS, [], 1),
     ("LeakyRelu", 16, {"alpha": 0.2}, FLOATS, [], 1),
     ("Max", 13, {}, TIES, [floats(0, 1, 2, 1), np.full((3, 1), 1.5, np.float32)], 1),
     ("Max", 13, {}, TIES, [], 1),
     ("Min", 13, {}, TIES, [floats(0, 1, 2, 1), np.full((3, 1), 1.5, np.float32)], 1),
+    ("Mish", 18, {}, FLOATS, [], 1),
     ("Mod", 13, {}, INTEGERS, [ints(4, -3, 5, -7)], 1),
     ("Mod", 13, {"fmod": 1}, INTEGERS, [ints(4, -3, 5, -7)], 1),
     ("Mod", 13, {"fmod": 1}, FLOATS, [floats(0.5, -0.3, 2, 1, -1)], 1),
     ("Not", 1, {}, BOOLEANS, [], 1),
+    ("PRelu", 16, {}, FLOATS, [floats(0.25)], 1),
+    ("PRelu", 16, {}, FLOATS, [floats(0.5, -0.2, 1.5).reshape(3, 1, 1)], 1),
     ("Pow", 15, {}, FLOATS, [floats(2).reshape(())], 1),
     ("Pow", 15, {}, np.abs(FLOATS), [floats(0.5, 1.5, -1, 3, 0)], 1),
     ("Pow", 15, {}, FLOATS, [ints(2, 3, 0, 1, 4)], 1),
     ("Reciprocal", 13, {}, FLOATS, [], 1),
+    ("Selu", 6, {}, FLOATS, [], 1),
+    ("Selu", 6, {"alpha": 1.5, "gamma": 0.5}, FLOATS, [], 1),
     ("Slice", 13, {}, FLOATS, [ints(1), ints(INT64_MAX)], 1),
     ("Slice", 13, {}, FLOATS, [ints(1, -4), ints(-1, 100), ints(-1, 2)], 1),
     ("Slice", 13, {}, FLOATS, [ints(-1, 0), ints(-100, 2), ints(-2, 1), ints(-2, 1)], 1),
@@ -184,7 +194,7 @@ def test_a_form_the_runner_cannot_compute_exactly_is_refused(op, attributes, con
 
 
 @pytest.mark.parametrize("opset", [17, 18, 20])
-@pytest.mark.parametrize("name", list(NETWORKS))
+@pytest.mark.parametrize("name", [*NETWORKS, *PORTABLE_ONLY])
 def test_the_runner_computes_and_differentiates_the_exported_network(name, opset):
     case = exported_case(name, opset)
     module, model, x, expected = case.module, case.model, case.x, case.expected

@@ -171,11 +171,51 @@ NETWORKS = {
 }
 
 
-#: Networks whose activation the training build has no gradient for (it refuses them in
-#: one line): the portable backend's against torch alone.
+def _channels(module, channels: int, n_out: int = 12):
+    """A network applying ``module`` to (N, channels, -1) rows of a Linear layer's output."""
+    return Net(
+        lambda p, x: p["head"](
+            p["inner"](p["first"](x).reshape(x.shape[0], channels, -1)).flatten(1)
+        ),
+        first=_lin(FEATURES, n_out),
+        inner=module,
+        head=_lin(n_out),
+    )
+
+
+def _spread(module):
+    return Net(
+        lambda p, x: p["head"](p["inner"](4.0 * p["first"](x))),
+        first=_lin(FEATURES, 12),
+        inner=module,
+        head=_lin(12),
+    )
+
+
+#: Networks of a module the training build has no gradient for (it refuses them in one
+#: line): the portable backend's against torch alone.
 PORTABLE_ONLY = {
     "Softplus": lambda: nn.Sequential(_lin(FEATURES, 6), nn.Softplus(), _lin(6)),
     "ELU": lambda: nn.Sequential(_lin(FEATURES, 6), nn.ELU(0.5), _lin(6)),
+    "SELU": lambda: nn.Sequential(_lin(FEATURES, 6), nn.SELU(), _lin(6)),
+    "CELU": lambda: nn.Sequential(_lin(FEATURES, 6), nn.CELU(0.5), _lin(6)),
+    # inputs four times a Linear layer's outputs: about half beyond -3 and 3, where
+    # these two saturate
+    "Hardsigmoid": lambda: _spread(nn.Hardsigmoid()),
+    "Hardswish": lambda: _spread(nn.Hardswish()),
+    # Softplus, Tanh and Mul: the exporter writes no Mish node at opsets 17 to 20
+    "Mish": lambda: nn.Sequential(_lin(FEATURES, 6), nn.Mish(), _lin(6)),
+    "PReLU": lambda: nn.Sequential(_lin(FEATURES, 6), nn.PReLU(), _lin(6)),
+    "PReLU per feature": lambda: nn.Sequential(_lin(FEATURES, 6), nn.PReLU(6), _lin(6)),
+    "PReLU per channel": lambda: _channels(nn.PReLU(3), 3),  # its slope as (3, 1)
+    "InstanceNorm1d": lambda: _channels(nn.InstanceNorm1d(3, affine=True), 3),
+    "InstanceNorm2d": lambda: Net(
+        lambda p, x: p["head"](p["norm"](_image(x)).flatten(1)),
+        norm=nn.InstanceNorm2d(2, affine=True),
+        head=_lin(FEATURES),
+    ),
+    # InstanceNormalization over the groups, then Mul and Add of the (4, 1) weight and bias
+    "GroupNorm": lambda: _channels(nn.GroupNorm(2, 4), 4),
 }
 
 
@@ -210,13 +250,16 @@ def exported(name: str, opset: int, dynamic: bool = True):
 
 def parameter_layouts(net, model: onnx.ModelProto) -> dict[str, tuple[str, bool]]:
     """For each trained initializer: the torch parameter it holds and whether the export
-    transposed it (MultiheadAttention's input projection)."""
+    transposed it (MultiheadAttention's input projection); an export may also give it
+    axes of 1 (PReLU's and GroupNorm's per channel, as (C, 1))."""
     params = {k: v.detach().numpy() for k, v in net.named_parameters()}
     layouts = {}
     for init in model.graph.initializer:
         value = onnx.numpy_helper.to_array(init)
         for key, param in params.items():
-            if value.shape == param.shape and np.array_equal(value, param):
+            if np.squeeze(value).shape == np.squeeze(param).shape and np.array_equal(
+                np.squeeze(value), np.squeeze(param)
+            ):
                 layouts[init.name] = (key, False)
             elif (
                 param.ndim == 2 and value.shape == param.T.shape and np.array_equal(value, param.T)
@@ -233,8 +276,9 @@ def data(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def torch_layout(grad: np.ndarray, transposed: bool) -> np.ndarray:
-    return grad.T if transposed else grad
+def torch_layout(grad: np.ndarray, transposed: bool, shape) -> np.ndarray:
+    """A torch gradient in the layout of its initializer, of ``shape``."""
+    return (grad.T if transposed else grad).reshape(shape)
 
 
 @pytest.mark.parametrize(("opset", "dynamic"), [(17, True), (18, True), (17, False), (20, True)])
@@ -258,7 +302,7 @@ def test_gradients_equal_torch_autograd(name, backend, opset, dynamic):
 
     expected = dict(net.named_parameters())
     for onnx_name, (torch_name, transposed) in layouts.items():
-        want = torch_layout(expected[torch_name].grad.numpy(), transposed)
+        want = torch_layout(expected[torch_name].grad.numpy(), transposed, weights[onnx_name].shape)
         np.testing.assert_allclose(
             got[f"{onnx_name}_grad"], want, rtol=1e-4, atol=1e-5, err_msg=torch_name
         )
@@ -274,9 +318,9 @@ def test_opset_20_writes_gelu_as_one_node(name):
     assert "Gelu" in {node.op_type for node in model.graph.node}
 
 
-@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("opset", [17, 18, 20])
 @pytest.mark.parametrize("name", list(PORTABLE_ONLY))
-def test_activations_the_training_build_lacks_have_portable_gradients(name, opset):
+def test_modules_the_training_build_lacks_have_portable_gradients(name, opset):
     from ortbench.training.errors import NoGradientError
     from ortbench.training.runtime.build import runtime_problem
 
@@ -321,7 +365,9 @@ def test_sgd_steps_equal_torch_sgd(name, backend, trainer):
     state = fitted.get_state()
     expected = dict(net.named_parameters())
     for onnx_name, (torch_name, transposed) in layouts.items():
-        want = torch_layout(expected[torch_name].detach().numpy(), transposed)
+        want = torch_layout(
+            expected[torch_name].detach().numpy(), transposed, state[onnx_name].shape
+        )
         np.testing.assert_allclose(state[onnx_name], want, rtol=1e-4, atol=2e-5, err_msg=torch_name)
     assert fitted.train_losses_[-1] < fitted.train_losses_[0]
 

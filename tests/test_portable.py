@@ -121,10 +121,22 @@ CASES = [
     ("BatchNormalization", [(3, 2, 2), (2,), (2,), (2,), (2,)], {"epsilon": 1e-3}, None),
     ("LayerNormalization", [(2, 3, 4), (4,), (4,)], None, None),
     ("LayerNormalization", [(2, 3, 4), (3, 4)], {"axis": 1}, None),
+    ("InstanceNormalization", [(2, 3, 4), (3,), (3,)], None, None),
+    ("InstanceNormalization", [(2, 2, 3, 2), (2,), (2,)], {"epsilon": 1e-3}, None),
     ("Erf", [(3, 4)], None, None),
     ("Gelu", [(3, 4)], None, None),
     ("Softplus", [(3, 4)], None, None),
     ("Elu", [(3, 4)], {"alpha": 0.5}, None),
+    ("Selu", [(3, 4)], None, None),
+    ("Selu", [(3, 4)], {"alpha": 1.5, "gamma": 0.5}, None),
+    ("Celu", [(3, 4)], {"alpha": 0.5}, None),
+    ("HardSigmoid", [(3, 4)], {"alpha": 1 / 6}, None),
+    ("HardSigmoid", [(3, 4)], {"alpha": 0.4, "beta": 0.2}, None),
+    ("HardSwish", [(3, 4)], None, None),
+    ("Mish", [(3, 4)], None, None),
+    ("PRelu", [(3, 4), (1,)], None, None),
+    ("PRelu", [(2, 3, 4), (3, 1)], None, None),
+    ("PRelu", [(3, 4), (4,)], None, None),
     ("CastLike", [(3, 4)], None, [np.zeros(1, np.float32)]),
     ("Gelu", [(3, 4)], {"approximate": "tanh"}, None),
     ("Dropout", [(3, 4)], None, [np.array(0.5, np.float32)]),
@@ -133,9 +145,19 @@ CASES = [
 ]
 
 
+#: Where an activation's slope jumps away from 0 (HardSigmoid's as the cases set it):
+#: values drawn on both sides, none near.
+KINKS = {"HardSigmoid": (-3.0, 3.0, -0.5, 2.0), "HardSwish": (-3.0, 3.0)}
+
+
 def draw(op: str, shape) -> np.ndarray:
     if op in ("Log", "Sqrt", "Pow", "Div", "Reciprocal", "BatchNormalization"):
         return RNG.uniform(0.5, 2.0, shape).astype(np.float32)
+    if op in KINKS:
+        values = RNG.uniform(-4.5, 4.5, shape)
+        for kink in KINKS[op]:
+            values = np.where(np.abs(values - kink) < 0.1, kink + 0.3, values)
+        return np.where(np.abs(values) < 0.05, 0.3, values).astype(np.float32)
     if op == "MaxPool":  # distinct values 0.05 apart: a step of eps never changes a maximum
         size = int(np.prod(shape))
         return ((RNG.permutation(size) - size / 2) * 0.05).reshape(shape).astype(np.float32)

@@ -3,11 +3,12 @@
 :data:`RULES` maps an operator type to its rule (see :mod:`.registry` for what a rule
 is); importing this package registers every family:
 
-- :mod:`.elementwise`: arithmetic, activations (Relu, Erf, Tanh...), Where, Dropout;
+- :mod:`.elementwise`: arithmetic, activations (Relu, Erf, Tanh, PRelu...), Where, Dropout;
 - :mod:`.linear`: MatMul (batched) and Gemm;
 - :mod:`.conv`: Conv;
 - :mod:`.pool`: MaxPool, AveragePool, GlobalAveragePool;
-- :mod:`.normalization`: BatchNormalization, LayerNormalization, Softmax, LogSoftmax;
+- :mod:`.normalization`: BatchNormalization, LayerNormalization, InstanceNormalization,
+  Softmax, LogSoftmax;
 - :mod:`.shape`: reshapes, Transpose, Concat, Split, Slice, Gather, Expand;
 - :mod:`.reduce`: ReduceSum and ReduceMean.
 """

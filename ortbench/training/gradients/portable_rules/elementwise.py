@@ -103,6 +103,86 @@ def _softplus(ctx, node, g):
     return [ctx.b.op("Mul", g[0], ctx.b.op("Sigmoid", node.input[0]))]
 
 
+@rule("Selu")
+def _selu(ctx, node, g):
+    # y = gamma x for x > 0, gamma alpha (exp(x) - 1) else: the slope is gamma, or
+    # y + gamma alpha
+    attrs = node_attributes(node)
+    alpha = attrs.get("alpha", 1.67326319217681884765625)
+    gamma = attrs.get("gamma", 1.05070102214813232421875)
+    positive = ctx.b.op("Greater", node.input[0], ctx.b.const(0.0))
+    slope = ctx.b.op("Add", node.output[0], ctx.b.const(gamma * alpha))
+    return [
+        ctx.b.op(
+            "Where",
+            positive,
+            ctx.b.op("Mul", g[0], ctx.b.const(gamma)),
+            ctx.b.op("Mul", g[0], slope),
+        )
+    ]
+
+
+@rule("Celu")
+def _celu(ctx, node, g):
+    # y = x for x > 0, alpha (exp(x / alpha) - 1) else: the slope is 1, or y / alpha + 1
+    alpha = node_attributes(node).get("alpha", 1.0)
+    positive = ctx.b.op("Greater", node.input[0], ctx.b.const(0.0))
+    slope = ctx.b.op(
+        "Add", ctx.b.op("Mul", node.output[0], ctx.b.const(1.0 / alpha)), ctx.b.const(1.0)
+    )
+    return [ctx.b.op("Where", positive, g[0], ctx.b.op("Mul", g[0], slope))]
+
+
+@rule("HardSigmoid")
+def _hard_sigmoid(ctx, node, g):
+    # y = max(0, min(1, alpha x + beta)): the slope is alpha where y is strictly inside
+    y = node.output[0]
+    alpha = node_attributes(node).get("alpha", 0.2)
+    inside = ctx.b.op(
+        "And",
+        ctx.b.op("Greater", y, ctx.b.const(0.0)),
+        ctx.b.op("Less", y, ctx.b.const(1.0)),
+    )
+    return [ctx.where_else_zero(inside, ctx.b.op("Mul", g[0], ctx.b.const(alpha)))]
+
+
+@rule("HardSwish")
+def _hard_swish(ctx, node, g):
+    # y = x max(0, min(1, x / 6 + 1/2)): the slope is 0 below -3, 1 above 3, x / 3 + 1/2
+    # between
+    x = node.input[0]
+    b = ctx.b
+    between = b.op("Add", b.op("Mul", x, b.const(1.0 / 3.0)), b.const(0.5))
+    above = b.op("Where", b.op("Greater", x, b.const(3.0)), b.const(1.0), between)
+    slope = b.op("Where", b.op("Less", x, b.const(-3.0)), b.const(0.0), above)
+    return [b.op("Mul", g[0], slope)]
+
+
+@rule("Mish")
+def _mish(ctx, node, g):
+    # y = x t, t = tanh(softplus(x)): dy/dx = t + x (1 - t^2) sigmoid(x)
+    x = node.input[0]
+    b = ctx.b
+    t = b.op("Tanh", b.op("Softplus", x))
+    dt = b.op("Mul", b.op("Sub", b.const(1.0), b.op("Mul", t, t)), b.op("Sigmoid", x))
+    return [b.op("Mul", g[0], b.op("Add", t, b.op("Mul", x, dt)))]
+
+
+@rule("PRelu")
+def _prelu(ctx, node, g):
+    # y = x for x >= 0, slope x else; the slope broadcasts to x (one, or one per channel)
+    x, slope = node.input
+    y = node.output[0]
+    positive = ctx.b.op("Greater", x, ctx.b.const(0.0))
+    gx = gs = None
+    if ctx.needs(x):
+        gx = ctx.b.op("Where", positive, g[0], ctx.b.op("Mul", g[0], slope))
+    if ctx.needs(slope):  # dy/dslope = x where x < 0, summed where the slope broadcasts
+        negative_side = ctx.where_else_zero(positive, ctx.b.op("Mul", g[0], x), False)
+        gs = ctx.unbroadcast(negative_side, slope, y)
+    return [gx, gs]
+
+
 @rule("Sigmoid")
 def _sigmoid(ctx, node, g):
     y = node.output[0]
