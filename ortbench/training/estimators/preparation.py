@@ -198,7 +198,8 @@ class ModelPreparation:
         if n_classes < 2:
             raise OrtBenchError(f"y has one class ({self.classes_[0]!r}): a classifier needs two")
         index = np.searchsorted(self.classes_, y)
-        if width == 1 and n_classes == 2 and self._proba_name is None:
+        scores = getattr(self.learning_loss_, "probability_function", None) is not None
+        if width == 1 and n_classes == 2 and not scores:
             raise OrtBenchError(
                 f"the model's output {self.output_name_!r} has one column for 2 classes: the "
                 f"log loss of one probability column needs the Sigmoid that makes it as the "
