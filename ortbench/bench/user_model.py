@@ -36,7 +36,7 @@ from ..training import OrtBenchError
 from ..training.graphs.batch_axis import free_batch_axis
 from ..training.graphs.loading import load_model
 from ..training.graphs.nodes import rewrite_linear_nodes
-from ..training.graphs.outputs import select_outputs, sigmoid_column, training_output
+from ..training.graphs.outputs import select_outputs, sigmoid_output, training_output
 from ..training.graphs.weights import check_weight_names, get_initializers
 from ..training.losses import LOSSES
 from .datasets import split_rows
@@ -375,7 +375,7 @@ def _check_forward(model, input_name, X, y, loss, files: UserFiles) -> None:
     width = predicted.shape[1] if predicted.ndim == 2 else 1
     if loss == "log":
         classes = len(np.unique(y))
-        binary = width == 1 and classes == 2 and sigmoid_column(model) is not None
+        binary = width == 1 and classes == 2 and sigmoid_output(model) is not None
         if width < classes and not binary:
             raise OrtBenchError(
                 f"{files.model}: output {output!r} has {plural(width, 'column')} for {classes} "

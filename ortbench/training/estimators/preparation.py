@@ -17,7 +17,7 @@ from ..graphs.outputs import (
     classifier_output,
     flattening_reshape,
     select_outputs,
-    sigmoid_column,
+    sigmoid_output,
     static_width,
     training_output,
 )
@@ -55,7 +55,7 @@ class ModelPreparation:
         if loss is None:
             loss = NegLogLearningLoss() if classifier else SquareLearningLoss()
         if loss.is_classification and classifier is None:
-            classifier = sigmoid_column(predicting)
+            classifier = sigmoid_output(predicting)
         if loss.is_classification and classifier is not None:
             loss = self._classifier_loss(loss, classifier)
         self.learning_loss_ = loss

@@ -75,29 +75,30 @@ def classifier_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
     return ClassifierOutput(probabilities, scores, function, columns)
 
 
-def sigmoid_column(onx: onnx.ModelProto) -> ClassifierOutput | None:
-    """The one probability column of a plain graph whose output is a ``Sigmoid``'s (a
-    binary classifier as torch's ``BCELoss`` trains it), or None for another graph.
+def sigmoid_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
+    """The probabilities of a plain graph whose output is a ``Sigmoid``'s (a classifier as
+    torch's ``BCELoss`` trains it: one column for two classes, else one per class), or
+    None for another graph.
 
-    Its log loss is the binary one, -(y log p + (1 - y) log(1 - p)), which the log loss
-    gives on the Sigmoid's scores (``probability_function='sigmoid'``); on the column
-    itself it would count the positive class only.
+    Its log loss is the binary one of each column, -(y log p + (1 - y) log(1 - p)), which
+    the log loss gives on the Sigmoid's scores (``probability_function='sigmoid'``); on
+    the probabilities themselves it would count each row's own class only.
     """
     output = training_output(onx)
     producers = {o: n for n in onx.graph.node for o in n.output}
     node = producers.get(output)
     while node is not None and node.op_type == "Identity":
         node = producers.get(node.input[0])
-    if node is None or node.op_type != "Sigmoid" or static_width(onx, output) != 1:
+    if node is None or node.op_type != "Sigmoid":
         return None
-    return ClassifierOutput(output, node.input[0], "sigmoid", 1)
+    return ClassifierOutput(output, node.input[0], "sigmoid", static_width(onx, output))
 
 
 def log_loss_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
     """What the log loss trains of a graph: a classifier's probabilities
-    (:func:`classifier_output`) or a plain graph's Sigmoid column (:func:`sigmoid_column`);
-    None when the trained output is read as probabilities as it is."""
-    return classifier_output(onx) or sigmoid_column(onx)
+    (:func:`classifier_output`) or a plain graph's Sigmoid (:func:`sigmoid_output`); None
+    when the trained output is read as probabilities as it is."""
+    return classifier_output(onx) or sigmoid_output(onx)
 
 
 def _probability_function(onx, producers, probabilities: str) -> tuple[str, str | None]:

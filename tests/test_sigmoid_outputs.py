@@ -1,6 +1,7 @@
-"""A binary classifier whose output is one Sigmoid column (torch's ``BCELoss`` form) trains
-with the binary log loss, -(y log p + (1 - y) log(1 - p)), as scikit-learn's binary
-MLPClassifier does, and predicts both classes' probabilities."""
+"""A classifier whose output is a Sigmoid's (torch's ``BCELoss`` form) trains with the
+binary log loss of each column, -(y log p + (1 - y) log(1 - p)): with one column for two
+classes as scikit-learn's binary MLPClassifier does (and predicts both classes'
+probabilities), with one column per class as torch's BCELoss on one-hot targets."""
 
 from __future__ import annotations
 
@@ -234,3 +235,45 @@ def test_a_torch_bce_classifier_follows_torch(data):
             total += loss.item() * len(inputs[rows])
         curve.append(total / len(X))
     np.testing.assert_allclose(model.train_losses_, curve, rtol=1e-5)
+
+
+def test_one_sigmoid_column_per_class_trains_each_columns_binary_loss():
+    """Ten Sigmoid columns on the digits: torch's BCELoss on one-hot targets (summed over
+    the columns, averaged over the rows), not the log of each row's own column alone."""
+    torch = pytest.importorskip("torch")
+    from sklearn.datasets import load_digits
+    from torch_modules import export
+
+    X, y = load_digits(return_X_y=True)
+    X, y = (X[:400] / 16).astype(np.float32), y[:400]
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(
+        torch.nn.Linear(64, 12), torch.nn.Tanh(), torch.nn.Linear(12, 10), torch.nn.Sigmoid()
+    )
+    model = FullTrainer(
+        export(module, 64),
+        loss="log",
+        learning_rate=LearningRateSGD(eta0=0.05, alpha=0.0),
+        batch_size=BATCH,
+        max_iter=EPOCHS,
+        shuffle=False,
+        backend="portable",
+    ).fit(X, y)
+    assert model.learning_loss_.probability_function == "sigmoid"
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.05)
+    inputs, targets = torch.from_numpy(X), torch.eye(10)[torch.from_numpy(y)]
+    curve = []
+    for _ in range(EPOCHS):
+        total = 0.0
+        for start in range(0, len(X), BATCH):
+            rows = slice(start, start + BATCH)
+            optimizer.zero_grad()
+            p = module(inputs[rows])
+            loss = torch.nn.functional.binary_cross_entropy(p, targets[rows], reduction="sum")
+            loss = loss / len(p)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(p)
+        curve.append(total / len(X))
+    np.testing.assert_allclose(model.train_losses_, curve, rtol=1e-5)
+    np.testing.assert_allclose(model.predict_proba(X), module(inputs).detach(), atol=1e-6)
