@@ -201,54 +201,42 @@ def test_bench_refuses_one_column_not_made_by_a_sigmoid(data, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_torch_bce_classifier_follows_torch(data):
-    """The module torch trains with BCELoss, exported as it is: the same epoch losses."""
-    torch = pytest.importorskip("torch")
-    from torch_modules import export
+def _torch_bce_curve(module, X: np.ndarray, targets: np.ndarray, lr: float) -> list[float]:
+    """torch's own SGD on the module with BCELoss summed over the columns and averaged over
+    the rows of each batch, in order: each epoch's mean of the batches' losses."""
+    import torch
 
-    X, y = data
-    torch.manual_seed(0)
-    module = torch.nn.Sequential(
-        torch.nn.Linear(X.shape[1], 8), torch.nn.Tanh(), torch.nn.Linear(8, 1), torch.nn.Sigmoid()
-    )
-    model = FullTrainer(
-        export(module, X.shape[1]),
-        loss="log",
-        learning_rate=LearningRateSGD(eta0=0.1, alpha=0.0),
-        batch_size=BATCH,
-        max_iter=EPOCHS,
-        shuffle=False,
-        backend="portable",
-    ).fit(X, y)
-    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
-    inputs = torch.from_numpy(X)
-    targets = torch.from_numpy((y == model.classes_[1]).astype(np.float32)).reshape(-1, 1)
+    optimizer = torch.optim.SGD(module.parameters(), lr=lr)
+    inputs, expected = torch.from_numpy(X), torch.from_numpy(targets)
     curve = []
     for _ in range(EPOCHS):
         total = 0.0
         for start in range(0, len(X), BATCH):
             rows = slice(start, start + BATCH)
             optimizer.zero_grad()
-            loss = torch.nn.functional.binary_cross_entropy(module(inputs[rows]), targets[rows])
-            loss.backward()
+            p = module(inputs[rows])
+            loss = torch.nn.functional.binary_cross_entropy(p, expected[rows], reduction="sum")
+            (loss / len(p)).backward()
             optimizer.step()
-            total += loss.item() * len(inputs[rows])
+            total += loss.item()
         curve.append(total / len(X))
-    np.testing.assert_allclose(model.train_losses_, curve, rtol=1e-5)
+    return curve
 
 
-def test_one_sigmoid_column_per_class_trains_each_columns_binary_loss():
-    """Ten Sigmoid columns on the digits: torch's BCELoss on one-hot targets (summed over
-    the columns, averaged over the rows), not the log of each row's own column alone."""
+@pytest.mark.parametrize("columns", [1, 10], ids=["one column", "one per class"])
+def test_a_torch_bce_classifier_follows_torch(columns):
+    """The module torch trains with BCELoss, exported as it is, on the digits (two classes
+    for one column, ten for ten: each column's binary loss, not the log of each row's own
+    column alone): the same epoch losses and probabilities."""
     torch = pytest.importorskip("torch")
     from sklearn.datasets import load_digits
     from torch_modules import export
 
-    X, y = load_digits(return_X_y=True)
-    X, y = (X[:400] / 16).astype(np.float32), y[:400]
+    X, y = load_digits(n_class=2 if columns == 1 else 10, return_X_y=True)
+    X, y = (X[:300] / 16).astype(np.float32), y[:300]
     torch.manual_seed(0)
     module = torch.nn.Sequential(
-        torch.nn.Linear(64, 12), torch.nn.Tanh(), torch.nn.Linear(12, 10), torch.nn.Sigmoid()
+        torch.nn.Linear(64, 12), torch.nn.Tanh(), torch.nn.Linear(12, columns), torch.nn.Sigmoid()
     )
     model = FullTrainer(
         export(module, 64),
@@ -260,20 +248,13 @@ def test_one_sigmoid_column_per_class_trains_each_columns_binary_loss():
         backend="portable",
     ).fit(X, y)
     assert model.learning_loss_.probability_function == "sigmoid"
-    optimizer = torch.optim.SGD(module.parameters(), lr=0.05)
-    inputs, targets = torch.from_numpy(X), torch.eye(10)[torch.from_numpy(y)]
-    curve = []
-    for _ in range(EPOCHS):
-        total = 0.0
-        for start in range(0, len(X), BATCH):
-            rows = slice(start, start + BATCH)
-            optimizer.zero_grad()
-            p = module(inputs[rows])
-            loss = torch.nn.functional.binary_cross_entropy(p, targets[rows], reduction="sum")
-            loss = loss / len(p)
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(p)
-        curve.append(total / len(X))
-    np.testing.assert_allclose(model.train_losses_, curve, rtol=1e-5)
-    np.testing.assert_allclose(model.predict_proba(X), module(inputs).detach(), atol=1e-6)
+    if columns == 1:
+        targets = (y == model.classes_[1]).astype(np.float32).reshape(-1, 1)
+    else:
+        targets = np.eye(columns, dtype=np.float32)[y]
+    np.testing.assert_allclose(
+        model.train_losses_, _torch_bce_curve(module, X, targets, 0.05), rtol=1e-5
+    )
+    p = module(torch.from_numpy(X)).detach().numpy()
+    expected = np.hstack([1 - p, p]) if columns == 1 else p
+    np.testing.assert_allclose(model.predict_proba(X), expected, atol=1e-6)
