@@ -315,14 +315,21 @@ def test_engine_contenders_pass_their_thread_setting_to_the_trainer(threads):
     assert contender.session_threads() == (threads or 0)
 
 
-def test_without_torch_its_contenders_say_how_to_install_it(monkeypatch):
+@pytest.mark.parametrize(
+    ("library", "names", "reason"),
+    [
+        ("torch", ["torch-sgd", "torch-nesterov"], "needs torch: pip install torch"),
+        ("jax", ["jax-sgd", "jax-nesterov", "jax-scan"], "needs jax: pip install 'ortbench[jax]'"),
+    ],
+)
+def test_without_its_library_a_peer_says_how_to_install_it(monkeypatch, library, names, reason):
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+        importlib.util, "find_spec", lambda name, *a: None if name == library else real(name, *a)
     )
     problem = make_problem("mlp", "diabetes", n_samples=200)
-    names = [name for name in CONTENDERS if name.startswith("torch-")]
-    assert names == ["torch-sgd", "torch-nesterov"]
+    assert [name for name in CONTENDERS if name.startswith(f"{library}-")] == names
     for name in names:
-        with pytest.raises(Unavailable, match=r"^needs torch: pip install torch$"):
+        with pytest.raises(Unavailable) as raised:
             make_contender(name, problem, 16)
+        assert str(raised.value) == reason

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from ortbench.bench.contenders import CONTENDERS, Unavailable, make_contender
+from ortbench.bench.contenders import Unavailable, make_contender
 from ortbench.bench.problems import make_problem
 
 JAX = importlib.util.find_spec("jax") is not None
@@ -78,19 +78,6 @@ def test_one_scan_per_epoch_is_the_same_trajectory_as_one_call_per_step(batch_si
     assert scan.n_steps_ == step.n_steps_ == 2 * problem.steps_per_epoch(batch_size)
     # the timed path continues from the current weights, as fit does
     assert_same_trajectory(scan.continue_fit(1), step.continue_fit(1), rtol=1e-5)
-
-
-def test_without_jax_its_contenders_say_so(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a)
-    )
-    problem = make_problem("mlp", "diabetes", n_samples=200)
-    names = [name for name in CONTENDERS if name.startswith("jax-")]
-    assert names == ["jax-sgd", "jax-nesterov", "jax-scan"]
-    for name in names:
-        with pytest.raises(Unavailable, match=r"^needs jax: pip install 'ortbench\[jax\]'$"):
-            make_contender(name, problem, 16)
 
 
 TORCH = importlib.util.find_spec("torch") is not None
