@@ -490,6 +490,38 @@ def test_warm_start_after_a_failed_first_fit_starts_afresh(regression):
     assert model.fit(X, y).n_iter_ == 2
 
 
+@pytest.mark.parametrize("trainer", [F, B])
+def test_a_refused_fit_leaves_the_fitted_trainer_as_it_was(regression, trainer):
+    """A second fit refused after it read its new model (or labels) must not leave the
+    trainer half changed: the old weights under the new graph predicted silently."""
+    X, y = regression
+    relu = linear(
+        [helper.make_node("MatMul", ["X", "W"], ["Z"]), helper.make_node("Relu", ["Z"], ["Y"])]
+    )
+    model = trainer(relu, max_iter=2).fit(X, y)
+    predicted, exported = model.predict(X), model.get_trained_onnx()
+    model.set_params(model_onnx=linear())
+    with pytest.raises(OrtBenchError, match="y has"):
+        model.fit(X, y[:-1])
+    np.testing.assert_array_equal(model.predict(X), predicted)
+    assert model.get_trained_onnx().SerializeToString() == exported.SerializeToString()
+    with pytest.raises(OrtBenchError, match=r"^X_val without y_val: give both"):
+        model.fit(X, y, X_val=X)
+    np.testing.assert_array_equal(model.predict(X), predicted)
+    assert model.fit(X, y).n_iter_ == 2  # and the new model trains
+    # a classifier keeps its classes and its probabilities
+    Xc, yc = load_breast_cancer(return_X_y=True)
+    Xc = StandardScaler().fit_transform(Xc).astype(np.float32)
+    yc = np.where(yc == 1, 2, np.arange(len(yc)) % 2)  # three classes
+    onx = to_onnx(LogisticRegression(max_iter=5).fit(Xc, yc), Xc[:1], options={"zipmap": False})
+    classifier = trainer(onx, max_iter=1).fit(Xc, yc)
+    proba = classifier.predict_proba(Xc)
+    with pytest.raises(OrtBenchError, match="2 classes"):
+        classifier.fit(Xc, yc % 2)
+    np.testing.assert_array_equal(classifier.classes_, [0, 1, 2])
+    np.testing.assert_array_equal(classifier.predict_proba(Xc), proba)
+
+
 def test_external_data_is_read_next_to_the_model(regression, tmp_path, monkeypatch):
     X, y = regression
     path = with_external_data(tmp_path / "model")

@@ -13,7 +13,7 @@ import numpy as np
 from sklearn.base import clone
 
 from ...progress import Progress
-from ..errors import ConvergenceError
+from ..errors import ConvergenceError, OrtBenchError
 from ..learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
 from ..runtime.build import quiet_logs
 from ..runtime.sessions import SessionMaker
@@ -68,8 +68,41 @@ class FitLoop:
         optimizer state. Hyper-parameters changed since (``set_params``) are honoured:
         the graphs are rebuilt around the weights, and a new learning rate starts its
         schedule where the previous one was; an optimizer state (momentum) restarts from
-        zero then, with a warning.
+        zero then, with a warning. A fit refused (bad data, a model that cannot be
+        trained) or interrupted before its first epoch leaves the trainer as it was.
         """
+        before = dict(self.__dict__)
+        try:
+            loader, val = self._start(X, y, sample_weight, X_val, y_val, sample_weight_val)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+        start = time.perf_counter()
+        snapshot = self._weights_by_name()
+        for epoch in range(1, self.max_iter + 1):
+            loss = float(self._run_epoch(loader))
+            state = self._weights_by_name()
+            if not np.isfinite(loss) or self._weights_overflow(state):
+                self._diverged(epoch, loss, snapshot)
+            snapshot = state
+            self.train_losses_.append(loss)
+            self.t_ += loader.n_samples
+            self._steps.set_learning_rate(self._step_rate(epoch))
+            if val is not None and (epoch % self.validation_every == 0 or epoch == self.max_iter):
+                self.validation_losses_.append(self._validation_loss(*val))
+            if self.verbose:
+                self._report(epoch, loss, time.perf_counter() - start)
+        self.n_iter_ = len(self.train_losses_)
+        return self
+
+    def _start(self, X, y, sample_weight, X_val, y_val, sample_weight_val):
+        """Everything a fit does before its first epoch: checks, the model's preparation,
+        the build (or the warm start's reuse) and the staged batches; returns the batch
+        loader and the checked validation data (None without)."""
+        if (X_val is None) != (y_val is None):
+            given, missing = ("X_val", "y_val") if y_val is None else ("y_val", "X_val")
+            raise OrtBenchError(f"{given} without {missing}: give both to validate, or neither")
         self._check_params()
         self._batch_rows = self._clipped_batch_size(X)
         warm = self.warm_start and self._has_trained_state()
@@ -114,23 +147,7 @@ class FitLoop:
         self._steps.set_learning_rate(self._step_rate(0))
         loader = self._loader_for([X, Y, w], reuse=warm and not rebuild)
         self._predictor = None
-        start = time.perf_counter()
-        snapshot = self._weights_by_name()
-        for epoch in range(1, self.max_iter + 1):
-            loss = float(self._run_epoch(loader))
-            state = self._weights_by_name()
-            if not np.isfinite(loss) or self._weights_overflow(state):
-                self._diverged(epoch, loss, snapshot)
-            snapshot = state
-            self.train_losses_.append(loss)
-            self.t_ += loader.n_samples
-            self._steps.set_learning_rate(self._step_rate(epoch))
-            if val is not None and (epoch % self.validation_every == 0 or epoch == self.max_iter):
-                self.validation_losses_.append(self._validation_loss(*val))
-            if self.verbose:
-                self._report(epoch, loss, time.perf_counter() - start)
-        self.n_iter_ = len(self.train_losses_)
-        return self
+        return loader, val
 
     def _clipped_batch_size(self, X) -> int:
         """The rows of a batch: ``batch_size``, or the rows of ``X`` where it has fewer,
