@@ -22,6 +22,7 @@ from ortbench.training import (
     FullTrainer,
     LearningRateSGD,
     NegLogLearningLoss,
+    OrtBenchError,
 )
 
 EPOCHS = 4
@@ -168,3 +169,21 @@ def test_model_selection_splits_a_classifier_graph_into_stratified_folds(trainer
     assert is_regressor(trainer(to_onnx(regressor, X[:1]), max_iter=2))
     unusable = trainer(b"not a model", max_iter=2)  # fit says why; the tags stay unset
     assert not is_classifier(unusable) and not is_regressor(unusable)
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer], ids=lambda t: t.__name__)
+def test_class_labels_read_as_floats_are_classes(trainer, digits):
+    """Labels 0., 1., ... (as a CSV gives them) train and predict as scikit-learn's
+    classifiers do (float classes_), the same as their integers; fractional ones are
+    refused in one line."""
+    X_train, X_test, y_train, y_test = digits
+    onx, _ = _onnx_and_reference(_mlp, X_train, y_train, zipmap=False)
+    settings = dict(max_iter=2, random_state=0, backend="portable")
+    as_floats = trainer(onx, **settings).fit(X_train, y_train.astype(float))
+    as_integers = trainer(onx, **settings).fit(X_train, y_train)
+    np.testing.assert_array_equal(as_floats.classes_, as_integers.classes_.astype(float))
+    np.testing.assert_array_equal(as_floats.predict(X_test), as_integers.predict(X_test))
+    assert as_floats.predict(X_test).dtype == float
+    assert as_floats.score(X_test, y_test.astype(float)) == as_integers.score(X_test, y_test)
+    with pytest.raises(OrtBenchError, match=r"^y holds fractional class labels \(\[0.5, 1.5"):
+        trainer(onx, **settings).fit(X_train, y_train + 0.5)

@@ -221,14 +221,15 @@ def with_class_labels(
     OrtBenchError
         For labels that are neither integers nor strings.
     """
-    if classes.dtype.kind in "iub":
+    whole = classes.dtype.kind == "f" and np.array_equal(classes, np.round(classes))
+    if classes.dtype.kind in "iub" or whole:  # labels read as floats (0., 1.): integers
         labels = classes.astype(np.int64)
     elif classes.dtype.kind in "USO" and all(isinstance(c, str) for c in classes.tolist()):
         labels = np.array([str(c) for c in classes], dtype=object)
     else:
         raise OrtBenchError(
             f"an ONNX classifier's labels are integers or strings, the fitted classes_ are "
-            f"{classes.dtype}: fit with integer or string labels to export the model"
+            f"{classes.dtype} {classes[:3].tolist()}: fit with integer or string labels"
         )
     model = onnx.ModelProto()
     model.CopyFrom(onx)
