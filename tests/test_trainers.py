@@ -28,6 +28,7 @@ from ortbench.training import (
     LearningRateSGD,
     LearningRateSGDNesterov,
     NegLogLearningLoss,
+    OrtBenchError,
     OrtGradientForwardBackwardOptimizer,
     OrtGradientOptimizer,
     add_loss_output,
@@ -347,11 +348,16 @@ def test_binary_classification_matches_mlpclassifier(breast_cancer, zipmap):
         assert len(proba) == len(X_test)
 
 
+@pytest.mark.parametrize("rate", ["given", "default"])
 @pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
-def test_grid_search_picks_a_learning_rate(trainer, regression, mlp_onnx):
+def test_grid_search_picks_a_learning_rate(trainer, rate, regression, mlp_onnx):
+    """The rate's parameters are tuned as scikit-learn's nested ones, on the default rate
+    too (learning_rate=None)."""
     X, y = regression
     grid = GridSearchCV(
-        trainer(mlp_onnx, learning_rate=sgd(), max_iter=5, random_state=0),
+        trainer(
+            mlp_onnx, learning_rate=sgd() if rate == "given" else None, max_iter=5, random_state=0
+        ),
         {"learning_rate__eta0": [1e-6, 1e-2], "batch_size": [8, 32]},
         cv=2,
     )
@@ -359,6 +365,10 @@ def test_grid_search_picks_a_learning_rate(trainer, regression, mlp_onnx):
     assert grid.best_params_["learning_rate__eta0"] == 1e-2
     assert grid.best_estimator_.score(X, y) > 0.2  # refit on all data, 1e-6 stays near 0
     assert "ModelProto" in repr(grid.best_estimator_)
+    assert trainer().learning_rate is None  # no default object was changed
+    loss = "loss" if trainer is FullTrainer else "learning_loss"
+    with pytest.raises(OrtBenchError, match=f"^cannot set {loss}__eps: {loss} is None"):
+        trainer(mlp_onnx).set_params(**{f"{loss}__eps": 1e-3})
 
 
 @pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])

@@ -56,6 +56,28 @@ class TrainerParams(BaseEstimator):
         for name in self._get_param_names():
             setattr(self, name, params[name])
 
+    def set_params(self, **params):
+        """Set hyper-parameters, nested ones too (``learning_rate__eta0``), as scikit-learn's
+        estimators do; a nested one of ``learning_rate=None`` sets it on the default rate,
+        :class:`~ortbench.training.LearningRateSGD`, which the trainer then holds.
+
+        Raises
+        ------
+        OrtBenchError
+            For a nested parameter of another hyper-parameter left None (chosen at fit).
+        """
+        for key in params:
+            name, nested, _ = key.partition("__")
+            if not nested or params.get(name) is not None or getattr(self, name, 0) is not None:
+                continue
+            if name != "learning_rate":
+                raise OrtBenchError(
+                    f"cannot set {key}: {name} is None (chosen at fit): give {name} an object "
+                    f"first, then its parameters"
+                )
+            params = {"learning_rate": LearningRateSGD(), **params}
+        return super().set_params(**params)
+
     def _check_params(self) -> None:
         self._backend = choose_backend(self.backend)
         check_device(self.device, self._backend)
