@@ -5,16 +5,14 @@ Each check runs on both trainers, with a linear model as wide as the data that c
 fits on. The checks not run here, and why:
 
 - checks that fit data of a width they choose per call or change it between fit and
-  predict (``check_fit2d_1feature``, ``check_fit_idempotent``, ``check_dict_unchanged``
-  and most others): the width is the model's, not the data's;
-- sparse, complex, object, pandas, array API and ``check_estimators_dtypes`` inputs: the
-  trainers take dense float arrays, converted to float32;
+  predict (``check_fit2d_1feature``, ``check_dict_unchanged`` and most others): the
+  width is the model's, not the data's;
+- sparse, complex, object, pandas and array API inputs: the trainers take dense float
+  arrays, converted to float32;
 - ``check_n_features_in`` and ``check_n_features_in_after_fitting``: the model declares
   its width and the trainers set no ``n_features_in_``;
-- ``check_estimators_pickle``: a fitted trainer holds onnxruntime sessions and buffers;
 - classifier, outlier and transformer checks: whether a trainer classifies follows its
-  loss, not its class, so scikit-learn's tags cannot say; ``predict_proba`` exists on
-  every trainer and raises for a regressor;
+  model and loss, not its class (``predict_proba`` exists on classifiers only);
 - ``check_dict_unchanged``: ``predict`` builds its inference session on first use, so a
   fit does not pay for it;
 - ``check_param_validation``: parameters are checked by ``fit`` with one-line
@@ -54,6 +52,11 @@ WIDTHS = {
     "check_estimators_nan_inf": 3,
     "check_readonly_memmap_input": 2,
     "check_pipeline_consistency": 3,
+    "check_estimators_pickle": 3,
+    "check_fit_idempotent": 2,
+    "check_methods_subset_invariance": 3,
+    "check_methods_sample_order_invariance": 3,
+    "check_estimators_dtypes": 5,
 }
 
 

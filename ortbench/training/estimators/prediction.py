@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime
 from sklearn.metrics import accuracy_score, r2_score
+from sklearn.utils.metaestimators import available_if
 
 from ..errors import OrtBenchError
 from ..graphs.loading import fit_runtime, load_model
@@ -170,6 +171,13 @@ class PredictionExport:
         predicted = outputs[self.output_name_]
         return predicted.ravel() if self._y_1d and predicted.shape[1] == 1 else predicted
 
+    def _may_classify(self) -> bool:
+        """Whether the trainer is a classifier, or may be one (the model cannot be
+        prepared yet): ``predict_proba`` exists on those only, as on scikit-learn's
+        classifiers, so that a regressor is not taken for one."""
+        return self._classifies() is not False
+
+    @available_if(_may_classify)
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities.
 
@@ -185,9 +193,11 @@ class PredictionExport:
 
         Raises
         ------
+        AttributeError
+            On a regressor: like scikit-learn's, only a classifier (a classifier graph, or
+            a log loss) has the method.
         OrtBenchError
-            When the trainer is not a classifier (a log loss), before the first fit, or
-            for bad data.
+            Before the first fit, or for bad data.
         """
         self._check_fitted()
         if not self.is_classifier_:
