@@ -64,6 +64,26 @@ def test_round_trip_predicts_and_trains_on_as_if_uninterrupted(
     np.testing.assert_allclose(copied.train_losses_, straight.train_losses_, rtol=1e-6)
 
 
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_a_trainer_given_a_file_unpickles_without_it(trainer, regression, mlp_onnx, tmp_path):
+    """The pickle holds the model the fit prepared: the file named by model_onnx may be
+    gone where it is read, or hold another model since."""
+    X, y = regression
+    path = tmp_path / "model.onnx"
+    path.write_bytes(mlp_onnx.SerializeToString())
+    settings = dict(learning_rate=LearningRateSGD(0.01), batch_size=16, random_state=3)
+    straight = trainer(mlp_onnx, max_iter=4, **settings).fit(X, y)
+    first = trainer(str(path), max_iter=2, warm_start=True, **settings).fit(X, y)
+    pickled = pickle.dumps(first)
+    path.unlink()
+    gone = pickle.loads(pickled)
+    np.testing.assert_array_equal(gone.predict(X), first.predict(X))
+    gone.fit(X, y)
+    np.testing.assert_allclose(gone.train_losses_, straight.train_losses_, rtol=1e-6)
+    path.write_bytes(b"not the model any more")
+    np.testing.assert_array_equal(pickle.loads(pickled).predict(X), first.predict(X))
+
+
 def test_unfitted_trainer_round_trips_unfitted(regression, mlp_onnx):
     X, _ = regression
     copied = pickle.loads(pickle.dumps(ForwardBackwardTrainer(mlp_onnx)))

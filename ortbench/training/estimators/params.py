@@ -7,6 +7,8 @@ and the sessions are rebuilt around it on first use."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 from sklearn.base import BaseEstimator
@@ -256,7 +258,16 @@ class TrainerParams(BaseEstimator):
         weights, optimizer_state, built_key = pickled
         fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and k[0] != "_"}
         self._check_params()
-        self._prepare_model()
+        # prepared again from the model the fit prepared (pickled), not from model_onnx:
+        # a file named there may be gone, or hold another model, where the pickle is read
+        source = self.model_onnx
+        self.model_onnx = self.model_
+        try:
+            with warnings.catch_warnings():  # what the fit said of the model, said once
+                warnings.simplefilter("ignore")
+                self._prepare_model()
+        finally:
+            self.model_onnx = source
         vars(self).update(fitted)
         self._build_around(weights, optimizer_state)
         self._built_key = built_key
