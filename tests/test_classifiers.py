@@ -187,3 +187,23 @@ def test_class_labels_read_as_floats_are_classes(trainer, digits):
     assert as_floats.score(X_test, y_test.astype(float)) == as_integers.score(X_test, y_test)
     with pytest.raises(OrtBenchError, match=r"^y holds fractional class labels \(\[0.5, 1.5"):
         trainer(onx, **settings).fit(X_train, y_train + 0.5)
+
+
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer], ids=lambda t: t.__name__)
+@pytest.mark.parametrize("data", ["binary", "digits"])
+def test_a_linear_classifier_of_class_names_trains_as_of_their_index(trainer, data, request):
+    """skl2onnx writes a LogisticRegression fitted on names with string labels: the same
+    weights and trajectory as fitted on the names' index, the names predicted."""
+    X_train, X_test, y_train, _ = request.getfixturevalue(data)
+    names = np.array([f"class {c:02d}" for c in range(10)])
+    settings = dict(max_iter=3, random_state=0, backend="portable")
+    models = {}
+    for labels in (names[y_train], y_train):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fitted = LogisticRegression(max_iter=3).fit(X_train, labels)
+        onx = to_onnx(fitted, X_train[:1], options={"zipmap": False})
+        models[labels.dtype.kind] = trainer(onx, **settings).fit(X_train, labels)
+    named, numbered = models["U"], models["i"]
+    np.testing.assert_allclose(named.train_losses_, numbered.train_losses_, rtol=1e-6)
+    np.testing.assert_array_equal(named.predict(X_test), names[numbered.predict(X_test)])

@@ -197,6 +197,27 @@ def binary_linear_classifier(post_transform: str, rows: int = 1) -> onnx.ModelPr
             1,
             id="binary-logistic-regression",
         ),
+        # fitted on class names: the labels are strings (classlabels_strings)
+        pytest.param(
+            lambda X, y: to_onnx(
+                LogisticRegression(max_iter=200).fit(
+                    X, np.array(["b", "a", "c"])[np.digitize(y, [-0.5, 0.5])]
+                ),
+                X[:1],
+                options={"zipmap": False},
+            ),
+            3,
+            id="multiclass-names",
+        ),
+        pytest.param(
+            lambda X, y: to_onnx(
+                LogisticRegression(max_iter=200).fit(X, np.where(y > 0, "yes", "no")),
+                X[:1],
+                options={"zipmap": False},
+            ),
+            1,
+            id="binary-names",
+        ),
     ],
 )
 def test_linear_classifier_rewritten_with_same_outputs(make_model, columns, regression):

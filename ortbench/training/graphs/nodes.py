@@ -119,11 +119,11 @@ def _linear_regressor(node, k, graph):
 def _linear_classifier(node, k, graph):
     """Scores and labels as onnxruntime's LinearClassifier kernel computes them."""
     attrs = node_attributes(node)
-    labels = attrs.get("classlabels_ints")
-    if labels is None:
-        raise OrtBenchError(
-            f"LinearClassifier {node.name!r}: only integer class labels are supported"
-        )
+    if attrs.get("classlabels_ints") is not None:
+        labels = np.asarray(attrs["classlabels_ints"], dtype=np.int64)
+    else:  # a classifier fitted on string labels
+        names = attrs.get("classlabels_strings") or []
+        labels = np.array([n.decode() if isinstance(n, bytes) else n for n in names], object)
     n_rows = len(attrs["coefficients"]) // _n_features(graph, node)
     post = attrs.get("post_transform", b"NONE")
     post = post.decode() if isinstance(post, bytes) else post
@@ -140,7 +140,7 @@ def _linear_classifier(node, k, graph):
         helper.make_node("MatMul", [node.input[0], coef], [f"{base}_matmul"]),
         helper.make_node("Add", [f"{base}_matmul", intercept], [raw]),
     ]
-    classes = numpy_helper.from_array(np.asarray(labels, dtype=np.int64), f"{base}_classes")
+    classes = numpy_helper.from_array(labels, f"{base}_classes")
     graph.initializer.append(classes)
     if (n_rows == 1 or mirrored) and len(labels) == 2:
         # binary with one row of coefficients: the positive class when the raw score > 0
