@@ -522,6 +522,24 @@ def test_a_refused_fit_leaves_the_fitted_trainer_as_it_was(regression, trainer):
     np.testing.assert_array_equal(classifier.predict_proba(Xc), proba)
 
 
+@pytest.mark.parametrize("trainer", [F, B])
+def test_a_dataframes_column_names_are_the_fits(regression, trainer):
+    """Columns reordered after the fit were read by position: silently wrong predictions.
+    As scikit-learn does, the fit keeps the names and later data must match them."""
+    X, y = regression
+    frame = pd.DataFrame(X, columns=list("abcde"))
+    model = trainer(linear(), max_iter=2).fit(frame, y)
+    np.testing.assert_array_equal(model.feature_names_in_, list("abcde"))
+    np.testing.assert_array_equal(model.predict(frame), model.predict(X))  # arrays: by position
+    with pytest.raises(OrtBenchError, match=r"another order\): select them as the fit saw them"):
+        model.predict(frame[list("edcba")])
+    with pytest.raises(OrtBenchError, match=r"missing \['e'\], not seen in fit \['z'\]"):
+        model.score(frame.rename(columns={"e": "z"}), y)
+    with pytest.raises(OrtBenchError, match="not the fit's"):
+        model.fit(frame, y, X_val=frame[list("edcba")], y_val=y)
+    assert not hasattr(model.fit(X, y), "feature_names_in_")  # a fit on an array forgets them
+
+
 def test_external_data_is_read_next_to_the_model(regression, tmp_path, monkeypatch):
     X, y = regression
     path = with_external_data(tmp_path / "model")

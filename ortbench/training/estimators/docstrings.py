@@ -58,6 +58,9 @@ is_classifier_ : bool
     Whether the loss is a log loss (labels are one-hot encoded).
 classes_ : numpy.ndarray
     The class labels (classifiers only).
+feature_names_in_ : numpy.ndarray
+    The column names of X, when the fit's X was a DataFrame with string column names:
+    data predicted or validated must come with the same columns, in the same order.
 learning_rate_ : BaseLearningRate
     The fitted schedule (a clone of ``learning_rate``).
 t_ : int

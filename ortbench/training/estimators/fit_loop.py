@@ -123,9 +123,11 @@ class FitLoop:
             optimizer_state = self._kept_optimizer_state() if warm else None
             self._prepare_model()
             self._fitted_model = self.model_onnx
+        self._check_feature_names(X, reset=True)
         X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=warm)
         val = None
         if X_val is not None:
+            self._check_feature_names(X_val, reset=False)
             val = self._check_data(X_val, y_val, sample_weight_val, fitted_classes=True)
         if not warm or self._shuffles_seeded_by != repr(self.random_state):
             self._shuffles = RowOrder(self.random_state)

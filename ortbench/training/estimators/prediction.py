@@ -124,6 +124,7 @@ class PredictionExport:
 
     def _predictions(self, X) -> dict[str, np.ndarray]:
         self._check_fitted()
+        self._check_feature_names(X, reset=False)
         X = as_float_matrix(X, "X")
         n_features = declared_features(self._input)
         if n_features is not None and X.shape[1] != n_features:

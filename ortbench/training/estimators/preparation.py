@@ -123,6 +123,35 @@ class ModelPreparation:
         probabilities behind a ZipMap have no declared shape), or None when unknown."""
         return static_width(self._train_model, self.output_name_)
 
+    def _check_feature_names(self, X, reset: bool) -> None:
+        """scikit-learn's rule for a DataFrame's column names: a fit keeps them as
+        ``feature_names_in_`` (``reset``); data named otherwise after it is refused, since
+        the model reads its columns by position."""
+        columns = getattr(X, "columns", None)
+        names = None
+        if columns is not None and len(columns) and all(isinstance(c, str) for c in columns):
+            names = np.asarray(columns, dtype=object)
+        if reset:
+            if names is None:
+                self.__dict__.pop("feature_names_in_", None)
+            else:
+                self.feature_names_in_ = names
+            return
+        fitted = getattr(self, "feature_names_in_", None)
+        if fitted is None or names is None or np.array_equal(names, fitted):
+            return
+        missing = [n for n in fitted if n not in set(names)]
+        extra = [n for n in names if n not in set(fitted)]
+        what = (
+            f"missing {missing[:3]}" * bool(missing)
+            + ", " * bool(missing and extra)
+            + f"not seen in fit {extra[:3]}" * bool(extra)
+        ) or "the same names in another order"
+        raise OrtBenchError(
+            f"X's columns are not the fit's ({what}): select them as the fit saw them, "
+            f"X[trainer.feature_names_in_]"
+        )
+
     def _check_data(self, X, y, sample_weight, fitted_classes: bool):
         """Validate and convert X, y and weights; one-hot encode labels for classifiers."""
         X = as_float_matrix(X, "X")
