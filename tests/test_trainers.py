@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +16,10 @@ from helpers import fitted_mlp, ortbench_names, sklearn_epoch
 from skl2onnx import to_onnx
 from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import r2_score
 from sklearn.model_selection import GridSearchCV, train_test_split
-from sklearn.neural_network import MLPClassifier
+from sklearn.neural_network import MLPClassifier, MLPRegressor
 from sklearn.preprocessing import StandardScaler
 
 from ortbench.training import (
@@ -190,9 +192,6 @@ def _over_epochs_cases():
 def test_invscaling_follows_scikit_learn_over_epochs(momentum, trainer, backend, regression):
     """Three epochs whose rate changes every epoch, with and without momentum, against
     MLPRegressor."""
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
 
     klass, options = OVER_EPOCHS[trainer]
     momentum, nesterov = MOMENTA[momentum]
@@ -232,9 +231,6 @@ def test_shuffled_epochs_follow_scikit_learn_from_the_same_seed(
 ):
     """Shuffled epochs (the last batch short) from the same seed and weights see the rows
     in MLPRegressor's order: every epoch after the first shuffles the previous order."""
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
 
     klass, options = OVER_EPOCHS[trainer]
     X, y = regression
@@ -284,9 +280,6 @@ def test_warm_start_with_another_batch_size(trainer, regression, mlp_onnx):
 def test_a_batch_larger_than_the_data_is_clipped_as_scikit_learn_does(trainer, options, regression):
     """A batch_size beyond the training rows is clipped to them with a warning, as
     scikit-learn's MLP does, and the epochs follow its trajectory."""
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
 
     X, y = regression[0][:12], regression[1][:12]
     settings = dict(learning_rate_init=0.01, momentum=0.0, alpha=0.0, shuffle=False, batch_size=50)
@@ -385,6 +378,13 @@ def test_same_seed_same_result_and_warm_start(trainer, regression, mlp_onnx):
     model.set_params(warm_start=True, max_iter=2).fit(X, y)
     assert len(model.train_losses_) == 5
     assert model.train_losses_[-1] < model.train_losses_[0]
+    # n_iter_ counts the epochs of the last fit, as scikit-learn's MLP does
+    reference = MLPRegressor(hidden_layer_sizes=(4,), solver="sgd", max_iter=3, warm_start=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reference.fit(X, y).set_params(max_iter=2).fit(X, y)
+    assert model.n_iter_ == reference.n_iter_ == 2
+    assert len(model.train_losses_) == len(reference.loss_curve_) == 5
 
 
 @pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])

@@ -70,7 +70,8 @@ train_losses_ : list of float
 validation_losses_ : list of float
     The validation loss, every ``validation_every`` epochs.
 n_iter_ : int
-    Epochs run.
+    Epochs run by the last fit (as scikit-learn's MLP counts them: a warm start's
+    ``train_losses_`` holds every epoch since the first fit).
 intra_op_threads_ : int or None
     The intra-op threads the model's sessions run on (None: onnxruntime's pool), what
     ``intra_op_threads`` gave for this machine and step.""",

@@ -78,6 +78,15 @@ class FitLoop:
             self.__dict__.clear()
             self.__dict__.update(before)
             raise
+        first = len(self.train_losses_)
+        try:
+            self._epochs(loader, val)
+        finally:  # the epochs of this fit, as scikit-learn counts them, also when one diverged
+            self.n_iter_ = len(self.train_losses_) - first
+        return self
+
+    def _epochs(self, loader: BatchLoader, val) -> None:
+        """The ``max_iter`` epochs over the staged batches, validation and progress."""
         start = time.perf_counter()
         snapshot = self._weights_by_name()
         for epoch in range(1, self.max_iter + 1):
@@ -93,8 +102,6 @@ class FitLoop:
                 self.validation_losses_.append(self._validation_loss(*val))
             if self.verbose:
                 self._report(epoch, loss, time.perf_counter() - start)
-        self.n_iter_ = len(self.train_losses_)
-        return self
 
     def _start(self, X, y, sample_weight, X_val, y_val, sample_weight_val):
         """Everything a fit does before its first epoch: checks, the model's preparation,

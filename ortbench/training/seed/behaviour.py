@@ -140,7 +140,6 @@ class _SeedBehaviour:
             if self.exc:
                 raise
             warnings.warn(str(e), ConvergenceWarning, stacklevel=2)
-            self.n_iter_ = len(self.train_losses_)
         return self
 
     def _weights_overflow(self, state: dict[str, np.ndarray]) -> bool:
