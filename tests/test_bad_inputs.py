@@ -386,6 +386,11 @@ REFUSED = [
         r"X contains NaN or infinity",
     ),
     (
+        "X beyond float32's range",
+        lambda X, y, t: fit(B, linear(), X.astype(np.float64) * 1e39, y),
+        r"X holds values beyond float32's range \(largest magnitude .*e\+39, float32's 3.4e\+38\)",
+    ),
+    (
         "all-zero sample weights",
         lambda X, y, t: fit(B, linear(), X, y, sample_weight=0 * y),
         r"sample_weight is zero everywhere: nothing would be trained",

@@ -203,7 +203,7 @@ class FitLoop:
             what = "its last update left weights whose squares overflow float32"
         raise ConvergenceError(
             f"training diverged at epoch {epoch}: {what}; get_state() holds the weights "
-            f"from before that epoch (lower the learning rate)"
+            f"from before that epoch (lower the learning rate, or scale the targets)"
         )
 
     def _new_learning_rate(self) -> BaseLearningRate:

@@ -71,7 +71,15 @@ def as_float_matrix(X, name: str) -> np.ndarray:
         raise OrtBenchError(f"{name} is complex: pass its real part or its magnitude")
     if not np.issubdtype(X.dtype, np.number) and X.dtype != bool:
         raise OrtBenchError(f"{name} must be numeric, got dtype {X.dtype}")
-    X = np.ascontiguousarray(X, dtype=np.float32)
+    with np.errstate(over="ignore"):  # told below, in one line
+        converted = np.ascontiguousarray(X, dtype=np.float32)
+    if not np.isfinite(converted).all() and np.isfinite(X).all():
+        raise OrtBenchError(
+            f"{name} holds values beyond float32's range (largest magnitude "
+            f"{np.abs(X).max():.3g}, float32's {np.finfo(np.float32).max:.3g}): scale it "
+            "(sklearn.preprocessing.StandardScaler)"
+        )
+    X = converted
     if not np.isfinite(X).all():
         raise OrtBenchError(
             f"{name} contains NaN or infinity: drop or fill those rows "
