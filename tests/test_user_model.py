@@ -446,6 +446,15 @@ def bad_inputs(folder):
     pd.DataFrame(X, columns=list("abcd")).assign(t=np.where(X[:, 0] > 0, "yes", "no")).to_csv(
         folder / "names.csv", index=False
     )
+    softmax = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["s"]), helper.make_node("Softmax", ["s"], ["p"])],
+        "three_classes",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, [None, 3])],
+        [numpy_helper.from_array(np.ones((4, 3), np.float32), "W")],
+    )
+    onnx.save(helper.make_model(softmax), folder / "softmax.onnx")
+    np.savez(folder / "labels.npz", X=X, y=np.arange(30) % 3)
     m, ok = str(folder / "m.onnx"), str(folder / "ok.npz")
     return [
         ([str(folder / "text.onnx"), ok], ["text.onnx", "not an ONNX model"]),
@@ -463,6 +472,10 @@ def bad_inputs(folder):
         ),
         ([m, ok, "--weights", "W9"], ["m.onnx", "unknown weight 'W9'"]),
         ([m, ok, "--loss", "log"], ["ok.npz", "integer class labels"]),
+        (
+            [str(folder / "softmax.onnx"), str(folder / "labels.npz")],
+            ["labels.npz", "has 3", "for 3 class labels, give --loss log"],
+        ),
         (
             [m, str(folder / "names.csv"), "--target", "t"],
             ["names.csv", "class names ('no', 'yes')", "--loss log"],

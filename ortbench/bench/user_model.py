@@ -390,9 +390,11 @@ def _check_forward(model, input_name, X, y, loss, files: UserFiles) -> None:
                 "Softmax (or Sigmoid), not LogSoftmax or raw scores"
             )
     elif width != (y.shape[1] if y.ndim == 2 else 1):
+        labels = y.ndim == 1 and np.array_equal(y, np.round(y)) and width == len(np.unique(y))
         raise OrtBenchError(
             f"{files.data[0]}: the target has {plural(y.shape[1] if y.ndim == 2 else 1, 'column')}, "
             f"output {output!r} of {files.model} has {width}"
+            + (f": for {width} class labels, give --loss log" if labels else "")
         )
 
 
