@@ -150,12 +150,45 @@ NETWORKS = {
 PORTABLE_ONLY = {"activations": (Activations, 6)}
 
 
+class Recurrent(nn.Module):
+    """An LSTM or GRU over the rows of an 8x8 image (8 time steps of 8 features), a
+    Linear head on the last step's output, and a softmax."""
+
+    def __init__(self, kind="LSTM", batch_first=True, bidirectional=False, layers=1):
+        super().__init__()
+        self.batch_first = batch_first
+        self.rnn = getattr(nn, kind)(
+            8, 6, num_layers=layers, batch_first=batch_first, bidirectional=bidirectional
+        )
+        self.out = nn.Linear(12 if bidirectional else 6, 3)
+
+    def forward(self, x):
+        steps = x.reshape(-1, 8, 8)
+        if not self.batch_first:
+            steps = steps.transpose(0, 1)
+        y, _ = self.rnn(steps)
+        return torch.softmax(self.out(y[:, -1] if self.batch_first else y[-1]), 1)
+
+
+#: LSTM and GRU networks (the training build trains those of one direction, the portable
+#: backend and the peers all, through their unrolled form); no other test reads them
+#: (name -> (network class, input features)).
+RECURRENT = {
+    "lstm": (lambda: Recurrent("LSTM"), 64),
+    "lstm, seq first, bidirectional": (lambda: Recurrent("LSTM", False, True), 64),
+    "lstm, 2 layers, bidirectional": (lambda: Recurrent("LSTM", True, True, 2), 64),
+    "gru": (lambda: Recurrent("GRU"), 64),
+    "gru, seq first, 2 layers": (lambda: Recurrent("GRU", False, False, 2), 64),
+    "gru, bidirectional": (lambda: Recurrent("GRU", True, True), 64),
+}
+
+
 def network(name: str, seed: int = 0) -> nn.Module:
     """Network ``name`` in eval mode, every parameter and buffer drawn at random: the
     exporter shares equal initial tensors (a zero bias, a zero running mean), and random
     values keep each parameter its own initializer."""
     torch.manual_seed(seed)
-    module = {**NETWORKS, **PORTABLE_ONLY}[name][0]().eval()
+    module = {**NETWORKS, **PORTABLE_ONLY, **RECURRENT}[name][0]().eval()
     with torch.no_grad():
         for tensor in [*module.parameters(), *module.buffers()]:
             if tensor.is_floating_point():

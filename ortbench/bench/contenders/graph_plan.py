@@ -18,6 +18,7 @@ import onnx
 from ...training import OrtBenchError
 from ...training.graphs.nodes import rewrite_linear_nodes
 from ...training.graphs.outputs import log_loss_output, training_output
+from ...training.graphs.recurrent import unroll_recurrent
 from ...training.graphs.weights import check_weight_names
 from ...training.losses import BaseLearningLoss, NegLogLearningLoss, loss_from_name
 from ..problems import Problem
@@ -45,7 +46,8 @@ class GraphPlan:
 def graph_plan(problem: Problem) -> GraphPlan | str:
     """The problem's plan, or why its graph cannot be trained by a peer."""
     try:
-        model = rewrite_linear_nodes(problem.onnx_model)
+        # the runners have no recurrent operator: LSTM and GRU nodes run unrolled
+        model = unroll_recurrent(rewrite_linear_nodes(problem.onnx_model))
         weights = check_weight_names(model, list(problem.weights) if problem.weights else None)
         scores, function = training_output(model), None
         classifier = log_loss_output(model) if problem.loss_name == "log" else None

@@ -22,6 +22,11 @@ others, keeping what the model computes:
 - ``Gelu`` with ``approximate="tanh"``: the builder gives it the gradient of the exact
   (erf) form; it becomes onnxruntime's ``FastGelu``, the same function, whose gradient is
   the tanh form's.
+- ``LSTM`` and ``GRU`` whose sequence length the graph fixes: the builder's gradient
+  kernels run the forward direction only (a bidirectional network failed to build) and
+  train slower than the same equations unrolled over the time steps
+  (:mod:`~ortbench.training.graphs.recurrent`), which they become; any other keeps the
+  builder's kernels.
 
 :func:`gradient_builder_error` turns what the builder raises into one line naming the
 operator and node it stopped at, without the runtime's source text.
@@ -39,6 +44,7 @@ from ..errors import NoGradientError, OrtBenchError
 from ..graphs.builder import GraphBuilder
 from ..graphs.loading import fit_runtime
 from ..graphs.nodes import node_attributes, refuse_training_forms
+from ..graphs.recurrent import unroll_recurrent
 from ..graphs.shapes import inferred_shapes
 from ..graphs.weights import FLOAT_TYPES
 from ..runtime import capi
@@ -80,6 +86,7 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
         included).
     """
     refuse_training_forms(model.graph.node, "onnxruntime-training")
+    model = _unrolled_where_possible(model)
     prepared = onnx.ModelProto()
     prepared.CopyFrom(model)
     graph = prepared.graph
@@ -129,6 +136,15 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
     ):
         prepared.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return prepared
+
+
+def _unrolled_where_possible(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its LSTM and GRU nodes unrolled, or as it is where one of them cannot
+    be (a sequence length the export left free, an attribute the unrolled form lacks)."""
+    try:
+        return unroll_recurrent(model)
+    except OrtBenchError:
+        return model  # the builder's own kernels, forward direction only
 
 
 def _tanh_gelu(node: onnx.NodeProto) -> bool:

@@ -10,7 +10,8 @@ inputs and initializers. :func:`split_forward_backward` cuts that graph in two, 
 forward pass handing the backward pass the intermediate values it needs. Each operator's
 rule is a small function of :data:`RULES`, one module per operator family in
 :mod:`ortbench.training.gradients.portable_rules`; an operator without one stops with an error naming
-it and the node.
+it and the node. LSTM and GRU nodes are differentiated through their unrolled form
+(:mod:`ortbench.training.graphs.recurrent`), which the gradient nodes compute again.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import NoGradientError, OrtBenchError
 from ..graphs.builder import GraphBuilder
 from ..graphs.nodes import refuse_training_forms
+from ..graphs.recurrent import is_recurrent, unroll_node
 from ..graphs.shapes import inferred_shapes
 from ..graphs.weights import FLOAT_TYPES
 from .portable_rules import RULES, RuleContext
@@ -61,21 +63,7 @@ def vjp_graph(
         else:
             seed = (seeds or {}).get(name, f"{name}_grad")
             grads[name] = [b.input(seed, shapes.get(name))]
-    for k in sorted(between, reverse=True):
-        node = nodes[k]
-        upstream = [_total(b, grads.get(o)) for o in node.output]
-        if all(u is None for u in upstream):
-            continue
-        rule = RULES.get(node.op_type)
-        if rule is None or node.domain not in ("", "ai.onnx"):
-            raise NoGradientError(
-                f"no portable gradient for operator {node.op_type!r} (node {node.name!r})",
-                node.op_type,
-                node.name,
-            )
-        for name, grad in zip(node.input, rule(ctx, node, upstream)):
-            if grad is not None and ctx.needs(name):
-                grads.setdefault(name, []).append(grad)
+    _backpropagate(ctx, [nodes[k] for k in sorted(between)], grads)
     made = {o for node in b.nodes for o in node.output}
     for name in wrt:
         total = _total(b, grads.get(name))
@@ -144,6 +132,56 @@ def split_forward_backward(
     backward = helper.make_model(backward_graph, opset_imports=list(model.opset_import))
     backward.ir_version = model.ir_version
     return forward, backward, stash
+
+
+def _backpropagate(ctx: RuleContext, nodes: list, grads: dict[str, list[str]]) -> None:
+    """Add to ``grads`` the contributions of ``nodes`` (in graph order), last node first."""
+    for node in reversed(nodes):
+        upstream = [_total(ctx.b, grads.get(o)) for o in node.output]
+        if all(u is None for u in upstream):
+            continue
+        if is_recurrent(node):
+            inputs = _unrolled_vjp(ctx, node, upstream)
+        elif node.op_type in RULES and node.domain in ("", "ai.onnx"):
+            inputs = RULES[node.op_type](ctx, node, upstream)
+        else:
+            raise NoGradientError(
+                f"no portable gradient for operator {node.op_type!r} (node {node.name!r})",
+                node.op_type,
+                node.name,
+            )
+        for name, grad in zip(node.input, inputs):
+            if grad is not None and ctx.needs(name):
+                grads.setdefault(name, []).append(grad)
+
+
+def _unrolled_vjp(ctx: RuleContext, node: onnx.NodeProto, upstream: list) -> list:
+    """The input gradients of an LSTM or GRU node through its unrolled form
+    (:func:`~ortbench.training.graphs.recurrent.unroll_node`), which the gradient nodes
+    compute again from the node's inputs: the forward pass keeps onnxruntime's kernel."""
+    b = ctx.b
+    first_node, first_constant = len(b.nodes), len(b.initializers)
+    outputs = unroll_node(b, node, ctx.shapes, [u is not None for u in upstream])
+    nodes = b.nodes[first_node:]
+    # the unrolled values' shapes, which the rules read, from a model of these nodes alone
+    reads = [i for i in dict.fromkeys(node.input) if i]
+    inputs = [helper.make_tensor_value_info(i, TensorProto.FLOAT, ctx.shapes.get(i)) for i in reads]
+    unrolled = helper.make_model(
+        helper.make_graph(nodes, "unrolled", inputs, [], b.initializers[first_constant:]),
+        opset_imports=[helper.make_opsetid("", b.opset)],
+    )
+    shapes, types = inferred_shapes(unrolled)
+    sources = {i for i in reads if ctx.needs(i)}
+    sinks = {o for o, u in zip(outputs, upstream) if o and u}
+    between, needed = _between(nodes, sources, sinks, types)
+    local = RuleContext(b, {**ctx.shapes, **shapes}, needed)
+    grads = {o: [u] for o, u in zip(outputs, upstream) if o and u}
+    _backpropagate(local, [nodes[k] for k in sorted(between)], grads)
+    firsts = {i: k for k, i in reversed(list(enumerate(node.input)))}
+    return [
+        _total(b, grads.get(i)) if i in sources and firsts[i] == k else None
+        for k, i in enumerate(node.input)
+    ]
 
 
 def _total(b: GraphBuilder, parts: list[str] | None) -> str | None:
