@@ -514,6 +514,19 @@ def test_a_refused_fit_leaves_the_fitted_trainer_as_it_was(regression, trainer):
         model.fit(X, y, X_val=X)
     np.testing.assert_array_equal(model.predict(X), predicted)
     assert model.fit(X, y).n_iter_ == 2  # and the new model trains
+    # Ctrl-C while a refit builds its sessions: the trainer is the fitted one still
+    fitted, fitted_model = model.predict(X), model.model_
+    model.set_params(model_onnx=relu)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    model._build_around = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(X, y)
+    del model._build_around
+    assert model.model_ is fitted_model  # not the relu graph the refit prepared
+    np.testing.assert_array_equal(model.predict(X), fitted)
     # a classifier keeps its classes and its probabilities
     Xc, yc = load_breast_cancer(return_X_y=True)
     Xc = StandardScaler().fit_transform(Xc).astype(np.float32)
