@@ -177,10 +177,10 @@ class ModelPreparation:
                     f"y must be 1-D class labels for a classifier, got shape {y.shape}"
                 )
             if y.dtype.kind == "f" and not np.array_equal(y, np.round(y)):
+                fractional = np.unique(y[y != np.round(y)])[:3].tolist()
                 raise OrtBenchError(
-                    f"y holds fractional class labels ({np.unique(y[y != np.round(y)])[:3].tolist()}): a "
-                    "classifier's labels are integers or strings; for float targets, choose a "
-                    "regression loss"
+                    f"y holds fractional class labels ({fractional}): a classifier's labels "
+                    "are integers or strings; for float targets, choose a regression loss"
                 )
             if not fitted_classes:
                 self.classes_ = np.unique(y)
