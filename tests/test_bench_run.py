@@ -139,7 +139,7 @@ def test_summary_and_plots(run_folder):
     assert "slope between a 1-epoch fit and a longer one, at least 4 epochs and 50 ms" in text
     assert "fixed cost per fit" in text
     assert "## Cells without a measurement" in text
-    assert ("unavailable: torch is not installed" in text) == (not TORCH)
+    assert ("unavailable: needs torch: pip install torch" in text) == (not TORCH)
     paths = write_plots(run_folder)
     assert len(paths) == (3 if (status == "ok").any() else 0)
     for path in paths:

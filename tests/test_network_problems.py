@@ -139,7 +139,7 @@ def test_bench_runs_the_network_problems_on_the_digits(tmp_path):
         assert status[problem, "sklearn-mlp-sgd"].startswith("unavailable: the model is not an MLP")
         assert timed(status[problem, "torch-sgd"]) == TORCH, status[problem, "torch-sgd"]
         if not TORCH:
-            assert status[problem, "torch-sgd"] == "unavailable: torch is not installed"
+            assert status[problem, "torch-sgd"] == "unavailable: needs torch: pip install torch"
         assert timed(status[problem, "jax-sgd"]) == JAX, status[problem, "jax-sgd"]
         assert timed(status[problem, "ort-portable-full"])
         if runtime_problem() is None:

@@ -176,6 +176,26 @@ def test_the_starting_loss_is_the_models_own(files):
     assert make_problem("model.onnx", "data.npz") is problem
 
 
+def test_every_contender_trains_a_users_model_at_its_learning_rate(files):
+    """--learning-rate reaches every contender: the portable engine and the torch and JAX
+    peers follow one curve at 0.05, another than at the default."""
+    model, data = str(files / "model.onnx"), (str(files / "data.npz"),)
+    names = ["ort-portable-full", "ort-portable-fwbw"]
+    names += [n for n, lib in (("torch-sgd", "torch"), ("jax-sgd", "jax")) if installed(lib)]
+    curves = {}
+    for rate in (None, 0.05):
+        problem = load_user_problem(UserFiles(model, data, learning_rate=rate))
+        assert problem.eta0 == (0.001 if rate is None else rate)
+        curves[rate] = {n: make_contender(n, problem, 16).fit(2).loss_curve_ for n in names}
+    for name in names:
+        np.testing.assert_allclose(curves[0.05][name], curves[0.05][names[0]], rtol=1e-5)
+        assert not np.allclose(curves[0.05][name], curves[None][name], rtol=1e-3), name
+
+
+def installed(library: str) -> bool:
+    return importlib.util.find_spec(library) is not None
+
+
 @pytest.mark.training_build
 def test_profile_runs_a_hand_built_model(files, tmp_path, capsys):
     argv = ["profile", "ort-fwbw", "--model", str(files / "model.onnx")]
@@ -472,6 +492,7 @@ def bad_inputs(folder):
         ),
         ([m, ok, "--weights", "W9"], ["m.onnx", "unknown weight 'W9'"]),
         ([m, ok, "--loss", "log"], ["ok.npz", "integer class labels"]),
+        ([m, ok, "--learning-rate", "0"], ["--learning-rate must be a finite number > 0"]),
         (
             [str(folder / "softmax.onnx"), str(folder / "labels.npz")],
             ["labels.npz", "has 3", "for 3 class labels, give --loss log"],
@@ -535,6 +556,17 @@ def test_model_and_data_refuse_the_options_they_replace(
         assert one_error_line(capsys) == f"ortbench: error: --model and --data replace {replaced}\n"
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     assert requests == []
+    # and the options of your own model without it: they were ignored, silently
+    for options, said in (
+        (["--loss", "log"], "--loss goes"),
+        (["--learning-rate", "0.1", "--weights", "W1"], "--weights and --learning-rate go"),
+    ):
+        assert main([*command, *options, "--out", str(tmp_path / "out")]) == 2, options
+        assert one_error_line(capsys) == (
+            f"ortbench: error: {said} with --model and --data (your own model): give both, "
+            "or leave them out\n"
+        )
+    assert requests == []
 
 
 def test_profile_refuses_a_batch_size_the_bench_would_not_time(
@@ -578,11 +610,12 @@ def test_the_files_of_the_command_line_are_found_from_any_directory(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     options = argparse.Namespace(
         model="m.onnx", data=["d.npz", "sub/e.npz"], target=None, sample_weight=None,
-        weights=None, loss=None,
+        weights=None, loss=None, learning_rate=0.05,
     )  # fmt: skip
     user = UserFiles.from_options(options)
     assert user.model == str(tmp_path / "m.onnx")
     assert user.data == (str(tmp_path / "d.npz"), str(tmp_path / "sub" / "e.npz"))
     assert user.names == ("m.onnx", "d.npz+e.npz")
+    assert user.learning_rate == 0.05
     monkeypatch.chdir("/")
     assert UserFiles.from_json(user.to_json()) == user

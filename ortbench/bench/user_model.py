@@ -40,7 +40,7 @@ from ..training.graphs.outputs import select_outputs, sigmoid_output, training_o
 from ..training.graphs.weights import check_weight_names, get_initializers
 from ..training.losses import LOSSES
 from .datasets import split_rows
-from .problems import Problem, reference_mlp, register
+from .problems import ETA0, Problem, reference_mlp, register
 
 #: Losses a user problem trains with: every loss the engine defines, by its name.
 USER_LOSSES = tuple(LOSSES)
@@ -51,6 +51,9 @@ _PASS_THROUGH = {"Identity", "Reshape", "Cast"}
 #: The options (``argparse`` destinations) that choose a built-in problem and its data,
 #: which ``--model``/``--data`` replace.
 REPLACED_OPTIONS = ("problem", "dataset", "hidden", "n_samples", "n_features")
+
+#: The options that only say something of ``--model`` and ``--data``.
+OWN_OPTIONS = ("target", "sample_weight", "weights", "loss", "learning_rate")
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class UserFiles:
     sample_weight: str | None = None
     weights: tuple[str, ...] | None = None
     loss: str | None = None
+    learning_rate: float | None = None
 
     @classmethod
     def from_options(cls, options) -> UserFiles | None:
@@ -75,6 +79,13 @@ class UserFiles:
             (:data:`REPLACED_OPTIONS`, those of the command that has them).
         """
         if options.model is None and options.data is None:
+            given = [f"--{o.replace('_', '-')}" for o in OWN_OPTIONS if getattr(options, o, None)]
+            if given:
+                verb = "goes" if len(given) == 1 else "go"
+                raise OrtBenchError(
+                    f"{' and '.join(given)} {verb} with --model and --data (your own model): "
+                    "give both, or leave them out"
+                )
             return None
         if options.model is None or options.data is None:
             raise OrtBenchError("--model and --data go together: give both")
@@ -89,6 +100,7 @@ class UserFiles:
             options.sample_weight,
             tuple(options.weights) if options.weights else None,
             options.loss,
+            options.learning_rate,
         )
 
     def to_json(self) -> str:
@@ -149,8 +161,22 @@ def load_user_problem(files: UserFiles, seed: int = 0) -> Problem:
         data = split_rows(X, y, w, False, seed)
     name, dataset = files.names
     reference = _reference(model, data, task, seed)
+    rate = ETA0 if files.learning_rate is None else files.learning_rate
+    if not 0 < rate < np.inf:
+        raise OrtBenchError(f"--learning-rate must be a finite number > 0, got {rate!r}")
     return register(
-        Problem(name, dataset, task, data, model, seed, reference, loss, weights and tuple(weights))
+        Problem(
+            name,
+            dataset,
+            task,
+            data,
+            model,
+            seed,
+            reference,
+            loss,
+            weights and tuple(weights),
+            eta0=rate,
+        )
     )
 
 

@@ -29,6 +29,7 @@ from ..bench.matrix import (
     run_matrix,
 )
 from ..bench.problems import (
+    ETA0,
     PROBLEMS,
     default_datasets,
     has_hidden_layers,
@@ -305,6 +306,12 @@ def add_own_model_options(parser: argparse.ArgumentParser) -> None:
     own.add_argument("--weights", nargs="+", metavar="NAME", help="initializers to train")
     own.add_argument("--loss", choices=USER_LOSSES, help="training loss (default: log for a "
                      "classifier, else squared_error)")  # fmt: skip
+    own.add_argument(
+        "--learning-rate",
+        type=float,
+        metavar="RATE",
+        help=f"the SGD learning rate every contender trains it with (default {ETA0})",
+    )
 
 
 def add_bench_only_options(parser: argparse.ArgumentParser, shown: bool = True) -> None:
