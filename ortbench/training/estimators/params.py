@@ -68,7 +68,7 @@ class TrainerParams(BaseEstimator):
         OrtBenchError
             For a nested parameter of another hyper-parameter left None (chosen at fit).
         """
-        for key in params:
+        for key in list(params):
             name, nested, _ = key.partition("__")
             if not nested or params.get(name) is not None or getattr(self, name, 0) is not None:
                 continue
@@ -77,7 +77,7 @@ class TrainerParams(BaseEstimator):
                     f"cannot set {key}: {name} is None (chosen at fit): give {name} an object "
                     f"first, then its parameters"
                 )
-            params = {"learning_rate": LearningRateSGD(), **params}
+            params[name] = LearningRateSGD()  # scikit-learn sets it before its parameters
         return super().set_params(**params)
 
     def _check_params(self) -> None:

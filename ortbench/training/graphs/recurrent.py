@@ -25,6 +25,7 @@ import onnx
 from ..errors import OrtBenchError
 from .builder import GraphBuilder
 from .nodes import node_attributes
+from .shapes import inferred_shapes
 
 #: The recurrent operators unrolled, with the number of gates each stacks in W and R.
 GATES = {"LSTM": 4, "GRU": 3}
@@ -341,8 +342,6 @@ def unroll_recurrent(model: onnx.ModelProto) -> onnx.ModelProto:
     """
     if not any(is_recurrent(n) for n in model.graph.node):
         return model
-    from .shapes import inferred_shapes  # shapes reads what reads this module
-
     shapes, _ = inferred_shapes(model)
     result = onnx.ModelProto()
     result.CopyFrom(model)
