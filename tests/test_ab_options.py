@@ -144,3 +144,32 @@ def test_the_time_budget_stops_the_extra_rounds_and_the_report_says_so(tmp_path,
         report = (folder / "ab.md").read_text(encoding="utf-8")
         assert ("--time-budget) ended the extra rounds of" in report) == (budget < "1")
     assert counts == {"0.01": {14}, "1000": {18}}
+
+
+def test_an_older_side_without_an_option_gets_the_options_it_knows(monkeypatch):
+    """The worker's source is the coordinator's, the UserFiles the side's: a side from
+    before --learning-rate builds the cell without it, or fails it saying why when given."""
+    import dataclasses
+
+    from ortbench.bench import ab_worker, user_model
+
+    @dataclasses.dataclass(frozen=True)
+    class OlderUserFiles:  # the side's, one option short
+        model: str
+        data: tuple
+        target: str | None = None
+        sample_weight: str | None = None
+        weights: tuple | None = None
+        loss: str | None = None
+
+    built = []
+    monkeypatch.setattr(user_model, "UserFiles", OlderUserFiles)
+    monkeypatch.setattr(user_model, "load_user_problem", built.append)
+    user = {"model": "m.onnx", "data": ["d.npz"]}
+    user |= {option: None for option in user_model.OWN_OPTIONS}  # as this version sends it
+    spec = {"user": user}
+    ab_worker._problem(spec)
+    assert built == [OlderUserFiles("m.onnx", ("d.npz",))]
+    user["learning_rate"] = 0.1
+    with pytest.raises(ValueError, match=r"^this side's ortbench has no --learning-rate option$"):
+        ab_worker._problem(spec)

@@ -16,6 +16,7 @@ carry ``error`` when the request failed. The process ends at the end of its inpu
 """
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import importlib.util
@@ -84,7 +85,14 @@ def _problem(spec):
         from ortbench.bench.user_model import UserFiles, load_user_problem
 
         tuples = {key: tuple(user[key]) for key in ("data", "weights") if user[key] is not None}
-        return load_user_problem(UserFiles(**{**user, **tuples}))
+        # options an older side lacks: left out when not given, else the cell fails saying so
+        known = {field.name for field in dataclasses.fields(UserFiles)}
+        lacking = [key for key in user if key not in known and user[key] is not None]
+        if lacking:
+            options = ", ".join(f"--{key.replace('_', '-')}" for key in lacking)
+            raise ValueError(f"this side's ortbench has no {options} option")
+        kept = {key: value for key, value in {**user, **tuples}.items() if key in known}
+        return load_user_problem(UserFiles(**kept))
     sizes = {key: spec[key] for key in ("n_samples", "n_features") if spec[key] is not None}
     return make_problem(spec["problem"], spec["dataset"], **sizes)
 
