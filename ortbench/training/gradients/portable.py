@@ -10,8 +10,9 @@ inputs and initializers. :func:`split_forward_backward` cuts that graph in two, 
 forward pass handing the backward pass the intermediate values it needs. Each operator's
 rule is a small function of :data:`RULES`, one module per operator family in
 :mod:`ortbench.training.gradients.portable_rules`; an operator without one stops with an error naming
-it and the node. LSTM and GRU nodes are differentiated through their unrolled form
-(:mod:`ortbench.training.graphs.recurrent`), which the gradient nodes compute again.
+it and the node. LSTM and GRU nodes are replaced by their unrolled form
+(:mod:`ortbench.training.graphs.recurrent`) before differentiation: the forward pass runs
+the same equations step by step, and the gradient nodes read its values.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import NoGradientError, OrtBenchError
 from ..graphs.builder import GraphBuilder
 from ..graphs.nodes import refuse_training_forms
-from ..graphs.recurrent import is_recurrent, unroll_node
+from ..graphs.recurrent import unroll_recurrent
 from ..graphs.shapes import inferred_shapes
 from ..graphs.weights import FLOAT_TYPES
 from .portable_rules import RULES, RuleContext
@@ -41,8 +42,11 @@ def vjp_graph(
 
     Inputs: the model's, then ``<y>_grad`` for each float output ``y`` (not with
     ``fill_grad``, which takes ones), or the name ``seeds[y]`` gives. Outputs: ``<x>_grad``
-    for each name of ``wrt``, then the model's own outputs.
+    for each name of ``wrt``, then the model's own outputs. The nodes are those of
+    ``unroll_recurrent(model)`` (the model's own when it has no LSTM or GRU node), then the
+    gradient's.
     """
+    model = unroll_recurrent(model)
     if _opset(model) < 13:
         raise OrtBenchError(
             f"portable gradients need ai.onnx opset >= 13, the model has {_opset(model)}"
@@ -100,6 +104,7 @@ def split_forward_backward(
     stash, the model's inputs it reads (weights, X), and ``<y>_grad`` for each float
     output ``y``; its outputs: ``<x>_grad`` for each name of ``wrt``.
     """
+    model = unroll_recurrent(model)  # the forward nodes vjp_graph writes first
     full = vjp_graph(model, wrt)
     graph, count = full.graph, len(model.graph.node)
     forward_nodes, backward_nodes = graph.node[:count], graph.node[count:]
@@ -140,9 +145,7 @@ def _backpropagate(ctx: RuleContext, nodes: list, grads: dict[str, list[str]]) -
         upstream = [_total(ctx.b, grads.get(o)) for o in node.output]
         if all(u is None for u in upstream):
             continue
-        if is_recurrent(node):
-            inputs = _unrolled_vjp(ctx, node, upstream)
-        elif node.op_type in RULES and node.domain in ("", "ai.onnx"):
+        if node.op_type in RULES and node.domain in ("", "ai.onnx"):
             inputs = RULES[node.op_type](ctx, node, upstream)
         else:
             raise NoGradientError(
@@ -153,35 +156,6 @@ def _backpropagate(ctx: RuleContext, nodes: list, grads: dict[str, list[str]]) -
         for name, grad in zip(node.input, inputs):
             if grad is not None and ctx.needs(name):
                 grads.setdefault(name, []).append(grad)
-
-
-def _unrolled_vjp(ctx: RuleContext, node: onnx.NodeProto, upstream: list) -> list:
-    """The input gradients of an LSTM or GRU node through its unrolled form
-    (:func:`~ortbench.training.graphs.recurrent.unroll_node`), which the gradient nodes
-    compute again from the node's inputs: the forward pass keeps onnxruntime's kernel."""
-    b = ctx.b
-    first_node, first_constant = len(b.nodes), len(b.initializers)
-    outputs = unroll_node(b, node, ctx.shapes, [u is not None for u in upstream])
-    nodes = b.nodes[first_node:]
-    # the unrolled values' shapes, which the rules read, from a model of these nodes alone
-    reads = [i for i in dict.fromkeys(node.input) if i]
-    inputs = [helper.make_tensor_value_info(i, TensorProto.FLOAT, ctx.shapes.get(i)) for i in reads]
-    unrolled = helper.make_model(
-        helper.make_graph(nodes, "unrolled", inputs, [], b.initializers[first_constant:]),
-        opset_imports=[helper.make_opsetid("", b.opset)],
-    )
-    shapes, types = inferred_shapes(unrolled)
-    sources = {i for i in reads if ctx.needs(i)}
-    sinks = {o for o, u in zip(outputs, upstream) if o and u}
-    between, needed = _between(nodes, sources, sinks, types)
-    local = RuleContext(b, {**ctx.shapes, **shapes}, needed)
-    grads = {o: [u] for o, u in zip(outputs, upstream) if o and u}
-    _backpropagate(local, [nodes[k] for k in sorted(between)], grads)
-    firsts = {i: k for k, i in reversed(list(enumerate(node.input)))}
-    return [
-        _total(b, grads.get(i)) if i in sources and firsts[i] == k else None
-        for k, i in enumerate(node.input)
-    ]
 
 
 def _total(b: GraphBuilder, parts: list[str] | None) -> str | None:

@@ -23,6 +23,7 @@ from ..graphs.builder import GraphBuilder
 from ..graphs.loss_graph import LossHead, tensor_names
 from ..graphs.nodes import drop_unread, unique_name
 from ..graphs.outputs import static_width
+from ..graphs.recurrent import unroll_recurrent
 from ..graphs.weights import get_initializers, weights_as_inputs
 from ..learning_rates import BaseLearningRate, LearningRateAdamW
 from ..runtime import capi
@@ -49,7 +50,8 @@ def step_graph(
     Outputs: ``<w>_grad`` for each weight (the step ``e``), then the loss of the batch (a
     scalar, or (1, 1) with a head: :func:`loss_shape`).
     """
-    model = weights_as_inputs(with_loss, weights)
+    # LSTM and GRU unrolled here, so that the forward nodes counted below are vjp_graph's
+    model = unroll_recurrent(weights_as_inputs(with_loss, weights))
     if head is None:
         return vjp_graph(model, weights, seeds={loss_name: "step_scale"})
     graph = model.graph
