@@ -186,37 +186,40 @@ def _time_steps(b: GraphBuilder, projected: str, steps: int, axis: int) -> list[
 
 def _lstm_step(b, projected, h, c, rt, hidden):
     """One LSTM step: gates i, o, f, c from the input's projection (biases included) and
-    the previous state (None: zeros); returns the new hidden and cell states."""
+    the previous state (None: zeros); returns the new hidden and cell states. The three
+    sigmoid gates, contiguous in ONNX's order, go through one Sigmoid."""
     gates = _add(b, projected, None if h is None else b.op("MatMul", h, rt))
-    i, o, f, g = _split(b, gates, [hidden] * 4)
-    update = b.op("Mul", b.op("Sigmoid", i), b.op("Tanh", g))
-    kept = None if c is None else b.op("Mul", b.op("Sigmoid", f), c)
+    sigmoid_gates, g = _split(b, gates, [3 * hidden, hidden])
+    i, o, f = _split(b, b.op("Sigmoid", sigmoid_gates), [hidden] * 3)
+    update = b.op("Mul", i, b.op("Tanh", g))
+    kept = None if c is None else b.op("Mul", f, c)
     cell = _add(b, kept, update)
-    return b.op("Mul", b.op("Sigmoid", o), b.op("Tanh", cell)), cell
+    return b.op("Mul", o, b.op("Tanh", cell)), cell
 
 
 def _gru_step(b, projected, h, rt, recurrent_bias, hidden, linear_before_reset):
     """One GRU step: gates z, r, h from the input's projection (with W's bias, and R's
-    too unless ``linear_before_reset``) and the previous state (None: zeros)."""
-    xz, xr, xh = _split(b, projected, [hidden] * 3)
+    too unless ``linear_before_reset``) and the previous state (None: zeros). ``rt`` is
+    R transposed, cut in its (z, r) and h columns unless ``linear_before_reset``. The
+    z and r gates go through one Sigmoid."""
+    mixed = None  # what the previous state adds to the gates z, r (and h)
     if linear_before_reset:
         # r multiplies (h R_h + Rb_h): R's bias stays on this side
         mixed = _add(b, None if h is None else b.op("MatMul", h, rt), recurrent_bias)
-        hz = hr = hh = None
-        if mixed is not None:
-            hz, hr, hh = _split(b, mixed, [hidden] * 3)
-        z = b.op("Sigmoid", _add(b, xz, hz))
-        reset = None if hh is None else b.op("Mul", b.op("Sigmoid", _add(b, xr, hr)), hh)
-        candidate = b.op("Tanh", _add(b, xh, reset))
-    elif h is None:  # r multiplies a zero state
-        z = b.op("Sigmoid", xz)
-        candidate = b.op("Tanh", xh)
+    elif h is not None:
+        mixed = b.op("MatMul", h, rt[0])
+    if mixed is None:  # a zero state: r multiplies zeros
+        xz, _, xh = _split(b, projected, [hidden] * 3)
+        z, candidate = b.op("Sigmoid", xz), b.op("Tanh", xh)
     else:
-        rt_zr, rt_h = _split(b, rt, [2 * hidden, hidden])
-        hz, hr = _split(b, b.op("MatMul", h, rt_zr), [hidden] * 2)
-        z = b.op("Sigmoid", b.op("Add", xz, hz))
-        r = b.op("Sigmoid", b.op("Add", xr, hr))
-        candidate = b.op("Tanh", b.op("Add", xh, b.op("MatMul", b.op("Mul", r, h), rt_h)))
+        x_zr, xh = _split(b, projected, [2 * hidden, hidden])
+        if linear_before_reset:
+            mixed, hh = _split(b, mixed, [2 * hidden, hidden])
+        z, r = _split(b, b.op("Sigmoid", b.op("Add", x_zr, mixed)), [hidden] * 2)
+        if linear_before_reset:
+            candidate = b.op("Tanh", b.op("Add", xh, b.op("Mul", r, hh)))
+        else:
+            candidate = b.op("Tanh", b.op("Add", xh, b.op("MatMul", b.op("Mul", r, h), rt[1])))
     # (1 - z) * candidate + z * h
     if h is None:
         return b.op("Sub", candidate, b.op("Mul", z, candidate))
@@ -230,6 +233,8 @@ def _direction(b: GraphBuilder, rec: Recurrence, d: int, w, r, bias, h, c):
     hidden, gates, time_axis = rec.hidden, rec.gates, 1 if rec.layout else 0
     projected = b.op("MatMul", x, b.op("Transpose", w, perm=[1, 0]))
     rt = b.op("Transpose", r, perm=[1, 0])
+    if rec.node.op_type == "GRU" and not rec.linear_before_reset:
+        rt = _split(b, rt, [2 * hidden, hidden], axis=1)  # the (z, r) and h columns
     recurrent_bias = None
     if bias is not None:
         wb, rb = _split(b, bias, [gates * hidden] * 2)
