@@ -41,6 +41,7 @@ COLUMNS = [
     "repeat",
     "timing",
     "trained_values",
+    "learning_rate",
     "baseline",
     *MEASURED,
     "status",
@@ -61,7 +62,7 @@ COLUMNS = [
     "kernel_pins",
 ]
 #: Columns that results.csv files written before them lack (read as empty).
-LATER_COLUMNS = ("jax_version", "kernels", "kernel_pins", "intra_op_threads")
+LATER_COLUMNS = ("jax_version", "kernels", "kernel_pins", "intra_op_threads", "learning_rate")
 
 RESULTS_CSV = "results.csv"
 RESULTS_JSONL = "results.jsonl"

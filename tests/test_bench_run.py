@@ -24,6 +24,7 @@ from ortbench.bench.store import (
     ResultsWriter,
     read_plan,
     read_records,
+    read_results,
 )
 from ortbench.bench.timing import TIMED_AGAIN
 from ortbench.cli import main
@@ -124,6 +125,20 @@ def test_results_schema(run_folder):
 
 
 @pytest.mark.training_build
+def test_results_from_before_the_learning_rate_column_still_read(run_folder, tmp_path):
+    """A results.csv written before the learning_rate column reads with it blank, and its
+    summary's titles leave the rate out (they named it)."""
+    old = pd.read_csv(run_folder / RESULTS_CSV).drop(columns=["learning_rate"])
+    old.to_csv(tmp_path / RESULTS_CSV, index=False)
+    again = read_results(tmp_path)
+    assert again.learning_rate.isna().all() and len(again) == len(old)
+    titles = [t for t in write_summary(tmp_path).splitlines() if t.startswith("## mlp")]
+    assert titles and all("learning rate" not in t for t in titles)
+    named = [t for t in write_summary(run_folder).splitlines() if t.startswith("## mlp")]
+    assert named and all(", learning rate 0.001)" in t for t in named)
+
+
+@pytest.mark.training_build
 def test_summary_and_plots(run_folder):
     text = write_summary(run_folder)
     assert (run_folder / "summary.md").read_text() == text
@@ -133,7 +148,7 @@ def test_summary_and_plots(run_folder):
     for contender in ("sklearn-mlp-sgd", "ort-full", *(["torch-sgd"] if TORCH else [])):
         assert shown_in_summary(text, status[contender], contender, "mlp", 8), contender
     if (status == "ok").any():
-        assert "## mlp (1,071 trained values) on diabetes, cpu" in text
+        assert "## mlp (1,071 trained values, learning rate 0.001) on diabetes, cpu" in text
     if status["sklearn-mlp-sgd"] == "ok":
         assert "| 1.0x |" in text
     assert "slope between a 1-epoch fit and a longer one, at least 4 epochs and 50 ms" in text

@@ -157,7 +157,12 @@ def test_baseline_option(files, tmp_path):
     results = run_bench(
         tmp_path, "--model", str(files / "model.onnx"), "--data", str(files / "data.npz"),
         "--contenders", "ort-full", "ort-fwbw", "--baseline", "ort-fwbw",
+        "--learning-rate", "0.02",
     )  # fmt: skip
+    assert (results.learning_rate == 0.02).all()
+    size = W1.size + B1.size + W2.size + B2.size
+    title = f"## model.onnx ({size} trained values, learning rate 0.02) on data.npz, cpu"
+    assert title in summary_of(tmp_path)
     assert group_baseline(results) == "ort-fwbw"
     assert group_baseline(results.assign(baseline=np.nan)) == "ort-full"
     assert "speed-up vs ort-fwbw" in summary_of(tmp_path)
@@ -423,7 +428,8 @@ def test_cli_hidden_runs_every_size(tmp_path):
     assert list(results.problem) == ["mlp-8-4", "mlp-16"]
     assert list(results.trained_values) == [5 * 8 + 8 + 8 * 4 + 4 + 4 + 1, 5 * 16 + 16 + 16 + 1]
     assert len(trained(results)) == len(results)
-    assert "## mlp-8-4 (89 trained values) on make_regression, cpu" in summary_of(tmp_path)
+    title = "## mlp-8-4 (89 trained values, learning rate 0.001) on make_regression, cpu"
+    assert title in summary_of(tmp_path)
     # the scaling plot of these rows with positive times (a slope on a loaded machine can
     # come out negative, and is then left out)
     (folder,) = tmp_path.iterdir()

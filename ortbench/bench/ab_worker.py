@@ -107,6 +107,7 @@ def _prepare(request, state):
     epochs = request["epochs"]
     row = {
         "trained_values": problem.trained_values,
+        "learning_rate": problem.eta0,
         "steps": epochs * problem.steps_per_epoch(spec["batch_size"]),
         "status": "ok",
     }

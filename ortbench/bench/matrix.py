@@ -246,6 +246,7 @@ def _row(cell: Cell, config: BenchConfig, problem: Problem) -> dict:
     return {
         **vars(cell),
         "trained_values": problem.trained_values,
+        "learning_rate": problem.eta0,
         "baseline": config.baseline or "",
         "epochs": config.epochs,
         "steps": config.epochs * problem.steps_per_epoch(cell.batch_size),

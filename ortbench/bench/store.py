@@ -51,7 +51,7 @@ RUN_DATA_FILES = ("results.*", "calibration.json", "timings*", "loss_curves.csv"
 #: ``--out`` or ``--html`` does not take their place either.
 RUN_REPORTS = ("index.html", "summary.md")
 #: The columns of results.csv that hold numbers: a row with anything else in one is bad.
-NUMBERS = ["batch_size", "epochs", "steps", "repeat", *MEASURED]
+NUMBERS = ["batch_size", "epochs", "steps", "repeat", "learning_rate", *MEASURED]
 #: The columns of results.csv that count something: read back as integers when every row
 #: kept has a whole number there (a bad row, cut or edited, may have left them floats).
 COUNTS = ("batch_size", "epochs", "steps", "repeat", "trained_values", "cpu_cores", "cpu_threads")
@@ -378,7 +378,7 @@ def read_results(folder: str | Path) -> pd.DataFrame:
         raise OrtBenchError(f"{path} lacks the columns {', '.join(missing)}")
     for column in LATER_COLUMNS:
         if column not in results.columns:
-            results[column] = math.nan if column in MEASURED else ""
+            results[column] = math.nan if column in NUMBERS else ""
     keys = [*KEYS, "side"] if "side" in results.columns else KEYS
     not_numbers = _as_numbers(results, keys)
     rows = (

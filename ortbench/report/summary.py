@@ -94,8 +94,14 @@ def format_speedup(ratio: float) -> str:
 
 
 def _title(problem: str, dataset: str, device: str, rows: pd.DataFrame) -> str:
+    """The section's problem, with its size and SGD learning rate where the rows have
+    them, its data set and device."""
     values = rows["trained_values"].iloc[0] if "trained_values" in rows else math.nan
-    size = "" if pd.isna(values) else f" ({int(values):,} trained values)"
+    rates = rows["learning_rate"].dropna().unique() if "learning_rate" in rows else []
+    about = [] if pd.isna(values) else [f"{int(values):,} trained values"]
+    if len(rates) == 1:
+        about.append(f"learning rate {rates[0]:g}")
+    size = f" ({', '.join(about)})" if about else ""
     return f"{problem}{size} on {dataset}, {device}"
 
 
