@@ -1,7 +1,7 @@
-"""LSTM and GRU nodes unrolled into standard operators (``graphs/recurrent.py``).
+"""RNN, LSTM and GRU nodes unrolled into standard operators (``graphs/recurrent.py``).
 
 The unrolled graph against onnxruntime's own kernels on graphs built with onnx.helper,
-for each attribute combination supported; torch's nn.LSTM and nn.GRU exported at opsets
+for each attribute combination supported; torch's nn.RNN, nn.LSTM and nn.GRU exported at opsets
 17 and 18 against torch autograd (the portable backend's gradients) and torch's own SGD
 (the contenders' trajectories); and the one-line refusals.
 """
@@ -36,10 +36,10 @@ def recurrent_model(
     seed: int = 0,
     **attributes,
 ) -> onnx.ModelProto:
-    """One LSTM or GRU node over X, its weights (and biases, initial states) initializers
-    drawn at random, every output a graph output."""
+    """One RNN, LSTM or GRU node over X, its weights (and biases, initial states)
+    initializers drawn at random, every output a graph output."""
     rng = np.random.default_rng(seed)
-    gates = 4 if op_type == "LSTM" else 3
+    gates = {"RNN": 1, "LSTM": 4, "GRU": 3}[op_type]
     count = 2 if direction == "bidirectional" else 1
 
     def tensor(name, *shape):
@@ -121,7 +121,7 @@ def run(model: onnx.ModelProto, feeds: dict, optimized: bool = True) -> list[np.
 COMBINATIONS = [
     combination
     for combination in itertools.product(
-        ["LSTM", "GRU"],
+        ["RNN", "LSTM", "GRU"],
         ["forward", "reverse", "bidirectional"],
         [0, 1],
         [True, False],
@@ -155,7 +155,7 @@ def _x(model: onnx.ModelProto, seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+@pytest.mark.parametrize("op_type", ["RNN", "LSTM", "GRU"])
 def test_one_step_and_only_the_last_state_read(op_type):
     """A sequence of one step; a graph reading Y_h alone gets no node for Y."""
     model = recurrent_model(op_type, "bidirectional", steps=1, initial=True)
@@ -169,7 +169,7 @@ def test_one_step_and_only_the_last_state_read(op_type):
     np.testing.assert_allclose(run(unrolled, {"X": X})[0], run(model, {"X": X})[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+@pytest.mark.parametrize("op_type", ["RNN", "LSTM", "GRU"])
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 def test_portable_gradients_of_helper_graphs_equal_finite_differences(op_type, direction):
     """The gradient of every input (X, W, R, B, initial states) of the node itself,
@@ -230,7 +230,7 @@ from torch_modules import RECURRENT, export, network  # noqa: E402
 
 #: Where torch's gate blocks go in ONNX's order (LSTM: i f g o -> i o f c; GRU: r z n ->
 #: z r h).
-TORCH_GATES = {"LSTM": [0, 3, 1, 2], "GRU": [1, 0, 2]}
+TORCH_GATES = {"RNN": [0], "LSTM": [0, 3, 1, 2], "GRU": [1, 0, 2]}
 
 
 def onnx_layout(module, model: onnx.ModelProto, values) -> dict[str, np.ndarray]:
@@ -381,11 +381,30 @@ def test_attributes_not_unrolled_are_refused_in_one_line(what):
     assert _refusal(recurrent_model("LSTM", **attributes)).startswith(start)
 
 
-def test_default_activations_spelled_out_are_unrolled():
-    model = recurrent_model("GRU", "bidirectional", activations=["Sigmoid", "Tanh"] * 2)
+@pytest.mark.parametrize(
+    ("op_type", "activations"),
+    [
+        ("GRU", ["Sigmoid", "Tanh"] * 2),  # the defaults spelled out
+        ("RNN", ["Relu", "Sigmoid"]),  # an RNN's own, one per direction
+        ("RNN", ["Tanh", "Relu"]),
+    ],
+)
+def test_activations_the_unrolled_form_computes(op_type, activations):
+    model = recurrent_model(op_type, "bidirectional", activations=activations)
     X = _x(model)
     for value, want in zip(run(unroll_recurrent(model), {"X": X}), run(model, {"X": X})):
         np.testing.assert_allclose(value, want, atol=1e-5)
+    if op_type == "RNN":  # and its gradients (the test of finite differences reads Tanh)
+        names = [i.name for i in model.graph.initializer]
+        grad = onnx_derivative(model, weights=names, backend="portable", fill_grad=True)
+        assert {n.op_type for n in grad.graph.node} >= {"Relu"}
+
+
+def test_an_rnn_activation_not_unrolled_is_refused_in_one_line():
+    model = recurrent_model("RNN", activations=["Softsign"])
+    assert _refusal(model).startswith(
+        "RNN node 'recurrent' uses activations=['Softsign'], which ortbench does not unroll"
+    )
 
 
 def _with_input(model, position: int, name: str, value: np.ndarray) -> onnx.ModelProto:

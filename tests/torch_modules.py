@@ -151,15 +151,16 @@ PORTABLE_ONLY = {"activations": (Activations, 6)}
 
 
 class Recurrent(nn.Module):
-    """An LSTM or GRU over the rows of an 8x8 image (8 time steps of 8 features), a
+    """An RNN, LSTM or GRU over the rows of an 8x8 image (8 time steps of 8 features), a
     Linear head on the last step's output, and a softmax."""
 
-    def __init__(self, kind="LSTM", batch_first=True, bidirectional=False, layers=1):
+    def __init__(self, kind="LSTM", batch_first=True, bidirectional=False, layers=1, **options):
         super().__init__()
         self.batch_first = batch_first
         self.rnn = getattr(nn, kind)(
-            8, 6, num_layers=layers, batch_first=batch_first, bidirectional=bidirectional
-        )
+            8, 6, num_layers=layers, batch_first=batch_first, bidirectional=bidirectional,
+            **options,
+        )  # fmt: skip
         self.out = nn.Linear(12 if bidirectional else 6, 3)
 
     def forward(self, x):
@@ -170,9 +171,8 @@ class Recurrent(nn.Module):
         return torch.softmax(self.out(y[:, -1] if self.batch_first else y[-1]), 1)
 
 
-#: LSTM and GRU networks (the training build trains those of one direction, the portable
-#: backend and the peers all, through their unrolled form); no other test reads them
-#: (name -> (network class, input features)).
+#: RNN, LSTM and GRU networks (every contender trains them through their unrolled form);
+#: no other test reads them (name -> (network class, input features)).
 RECURRENT = {
     "lstm": (lambda: Recurrent("LSTM"), 64),
     "lstm, seq first, bidirectional": (lambda: Recurrent("LSTM", False, True), 64),
@@ -180,6 +180,11 @@ RECURRENT = {
     "gru": (lambda: Recurrent("GRU"), 64),
     "gru, seq first, 2 layers": (lambda: Recurrent("GRU", False, False, 2), 64),
     "gru, bidirectional": (lambda: Recurrent("GRU", True, True), 64),
+    "rnn": (lambda: Recurrent("RNN"), 64),
+    "rnn, relu, seq first, bidirectional": (
+        lambda: Recurrent("RNN", False, True, nonlinearity="relu"),
+        64,
+    ),
 }
 
 

@@ -46,7 +46,7 @@ class GraphPlan:
 def graph_plan(problem: Problem) -> GraphPlan | str:
     """The problem's plan, or why its graph cannot be trained by a peer."""
     try:
-        # the runners have no recurrent operator: LSTM and GRU nodes run unrolled
+        # the runners have no recurrent operator: RNN, LSTM and GRU nodes run unrolled
         model = unroll_recurrent(rewrite_linear_nodes(problem.onnx_model))
         weights = check_weight_names(model, list(problem.weights) if problem.weights else None)
         scores, function = training_output(model), None

@@ -26,7 +26,7 @@ others, keeping what the model computes:
   kernels run the forward direction only (a bidirectional network failed to build) and
   train slower than the same equations unrolled over the time steps
   (:mod:`~ortbench.training.graphs.recurrent`), which they become; any other keeps the
-  builder's kernels.
+  builder's kernels. ``RNN`` (no gradient in the builder) becomes its unrolled form too.
 
 :func:`gradient_builder_error` turns what the builder raises into one line naming the
 operator and node it stopped at, without the runtime's source text.
@@ -139,7 +139,7 @@ def prepare_for_gradient_builder(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _unrolled_where_possible(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with its LSTM and GRU nodes unrolled, or as it is where one of them cannot
+    """``model`` with its RNN, LSTM and GRU nodes unrolled, or as it is where one of them cannot
     be (a sequence length the export left free, an attribute the unrolled form lacks)."""
     try:
         return unroll_recurrent(model)

@@ -10,7 +10,7 @@ inputs and initializers. :func:`split_forward_backward` cuts that graph in two, 
 forward pass handing the backward pass the intermediate values it needs. Each operator's
 rule is a small function of :data:`RULES`, one module per operator family in
 :mod:`ortbench.training.gradients.portable_rules`; an operator without one stops with an error naming
-it and the node. LSTM and GRU nodes are replaced by their unrolled form
+it and the node. RNN, LSTM and GRU nodes are replaced by their unrolled form
 (:mod:`ortbench.training.graphs.recurrent`) before differentiation: the forward pass runs
 the same equations step by step, and the gradient nodes read its values.
 """
@@ -43,7 +43,7 @@ def vjp_graph(
     Inputs: the model's, then ``<y>_grad`` for each float output ``y`` (not with
     ``fill_grad``, which takes ones), or the name ``seeds[y]`` gives. Outputs: ``<x>_grad``
     for each name of ``wrt``, then the model's own outputs. The nodes are those of
-    ``unroll_recurrent(model)`` (the model's own when it has no LSTM or GRU node), then the
+    ``unroll_recurrent(model)`` (the model's own when it has no RNN, LSTM or GRU node), then the
     gradient's.
     """
     model = unroll_recurrent(model)

@@ -1,16 +1,17 @@
-"""LSTM and GRU nodes unrolled over their time steps into standard ONNX operators.
+"""RNN, LSTM and GRU nodes unrolled over their time steps into standard ONNX operators.
 
 No portable gradient rule or peer runner reads a recurrent node as a whole. Where the
 sequence length is static (torch's exporter fixes it, with a dynamic batch), the ONNX
 spec's equations written step by step compute the same outputs from MatMul, Add, Split,
-Squeeze, Unsqueeze, Concat, Sigmoid, Tanh, Mul and Sub, which every backend has:
+Squeeze, Unsqueeze, Concat, Sigmoid, Tanh, Relu, Mul and Sub, which every backend has:
 :func:`unroll_recurrent` rewrites a whole model (what the torch and JAX peers run), and
 :func:`unroll_node` writes one node's unrolled form into a builder (the portable backend
 differentiates it there, the forward pass keeping onnxruntime's own kernel).
 
 Supported: ``direction`` forward, reverse and bidirectional, ``layout`` 0 and 1, the
 biases ``B``, ``initial_h`` (and ``initial_c``), GRU's ``linear_before_reset`` 0 and 1,
-and the default activations. Refused in one line: ``clip``, other ``activations``,
+the default activations, and an RNN's Tanh, Relu or Sigmoid (torch's ``nn.RNN`` exports
+its ``nonlinearity`` so). Refused in one line: ``clip``, other ``activations``,
 ``input_forget``, peepholes ``P``, a ``sequence_lens`` input, a sequence length shape
 inference cannot tell.
 """
@@ -28,20 +29,26 @@ from .nodes import node_attributes
 from .shapes import inferred_shapes
 
 #: The recurrent operators unrolled, with the number of gates each stacks in W and R.
-GATES = {"LSTM": 4, "GRU": 3}
+GATES = {"RNN": 1, "LSTM": 4, "GRU": 3}
 
 #: The activations the unrolled equations apply, per direction.
-_DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+_DEFAULT_ACTIVATIONS = {
+    "RNN": ["Tanh"],
+    "LSTM": ["Sigmoid", "Tanh", "Tanh"],
+    "GRU": ["Sigmoid", "Tanh"],
+}
+#: The activations an RNN node may name, each direction its own.
+_RNN_ACTIVATIONS = ("Tanh", "Relu", "Sigmoid")
 
 
 def is_recurrent(node: onnx.NodeProto) -> bool:
-    """Whether ``node`` is an LSTM or GRU node of the default domain."""
+    """Whether ``node`` is an RNN, LSTM or GRU node of the default domain."""
     return node.op_type in GATES and node.domain in ("", "ai.onnx")
 
 
 @dataclass(frozen=True)
 class Recurrence:
-    """What one LSTM or GRU node computes, checked: its sizes, directions and inputs.
+    """What one RNN, LSTM or GRU node computes, checked: its sizes, directions and inputs.
 
     Attributes
     ----------
@@ -59,6 +66,9 @@ class Recurrence:
         GRU's: whether the reset gate multiplies the hidden state's product with R.
     bias, initial_h, initial_c : str or None
         The optional inputs given, by name.
+    activations : tuple of str
+        An RNN's activation in each direction (empty for LSTM and GRU, which have their
+        defaults).
     """
 
     node: onnx.NodeProto
@@ -70,6 +80,7 @@ class Recurrence:
     bias: str | None
     initial_h: str | None
     initial_c: str | None
+    activations: tuple[str, ...] = ()
 
     @property
     def gates(self) -> int:
@@ -94,7 +105,7 @@ def recurrence(node: onnx.NodeProto, shapes: dict[str, list]) -> Recurrence:
     Parameters
     ----------
     node : onnx.NodeProto
-        An LSTM or GRU node.
+        An RNN, LSTM or GRU node.
     shapes : dict of str to list
         Static shapes by name (None for an unknown dimension), as
         :func:`~ortbench.training.graphs.shapes.inferred_shapes` gives them.
@@ -113,7 +124,10 @@ def recurrence(node: onnx.NodeProto, shapes: dict[str, list]) -> Recurrence:
     direction = attributes.get("direction", b"forward").decode()
     count = 2 if direction == "bidirectional" else 1
     activations = [a.decode() for a in attributes.get("activations", [])]
-    if activations and activations != _DEFAULT_ACTIVATIONS[node.op_type] * count:
+    rnn = node.op_type == "RNN"
+    if rnn and len(activations) == count and set(activations) <= set(_RNN_ACTIVATIONS):
+        pass  # one of the RNN's own per direction
+    elif activations and activations != _DEFAULT_ACTIVATIONS[node.op_type] * count:
         raise _refuse(node, f"activations={activations}")
     for name in ("activation_alpha", "activation_beta", "clip"):
         if name in attributes:
@@ -150,6 +164,7 @@ def recurrence(node: onnx.NodeProto, shapes: dict[str, list]) -> Recurrence:
         bias=_optional_input(node, 3),
         initial_h=_optional_input(node, 5),
         initial_c=_optional_input(node, 6) if node.op_type == "LSTM" else None,
+        activations=tuple(activations or ["Tanh"] * count) if rnn else (),
     )
 
 
@@ -246,7 +261,11 @@ def _direction(b: GraphBuilder, rec: Recurrence, d: int, w, r, bias, h, c):
     order = range(rec.steps - 1, -1, -1) if rec.reverse[d] else range(rec.steps)
     states = [None] * rec.steps
     for t in order:
-        if rec.node.op_type == "LSTM":
+        if rec.node.op_type == "RNN":
+            h = b.op(
+                rec.activations[d], _add(b, inputs[t], None if h is None else b.op("MatMul", h, rt))
+            )
+        elif rec.node.op_type == "LSTM":
             h, c = _lstm_step(b, inputs[t], h, c, rt, hidden)
         else:
             h = _gru_step(b, inputs[t], h, rt, recurrent_bias, hidden, rec.linear_before_reset)
@@ -280,7 +299,7 @@ def _stacked_state(b: GraphBuilder, rec: Recurrence, states: list[str]) -> str:
 def unroll_node(
     b: GraphBuilder, node: onnx.NodeProto, shapes: dict[str, list], wanted: list[bool]
 ) -> list[str | None]:
-    """Write the unrolled form of an LSTM or GRU node into ``b``.
+    """Write the unrolled form of an RNN, LSTM or GRU node into ``b``.
 
     Parameters
     ----------
@@ -288,7 +307,7 @@ def unroll_node(
         Where the nodes (and their int64 constants) go; they read the node's inputs by
         their names.
     node : onnx.NodeProto
-        The LSTM or GRU node.
+        The RNN, LSTM or GRU node.
     shapes : dict of str to list
         Static shapes by name; the sequence length must be known.
     wanted : list of bool
@@ -326,7 +345,8 @@ def unroll_node(
 
 
 def unroll_recurrent(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with every LSTM and GRU node of its main graph unrolled (:func:`unroll_node`).
+    """``model`` with every RNN, LSTM and GRU node of its main graph unrolled
+    (:func:`unroll_node`).
 
     Parameters
     ----------

@@ -50,7 +50,7 @@ def step_graph(
     Outputs: ``<w>_grad`` for each weight (the step ``e``), then the loss of the batch (a
     scalar, or (1, 1) with a head: :func:`loss_shape`).
     """
-    # LSTM and GRU unrolled here, so that the forward nodes counted below are vjp_graph's
+    # RNN, LSTM and GRU unrolled here, so that the forward nodes counted below are vjp_graph's
     model = unroll_recurrent(weights_as_inputs(with_loss, weights))
     if head is None:
         return vjp_graph(model, weights, seeds={loss_name: "step_scale"})
