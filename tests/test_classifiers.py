@@ -144,6 +144,43 @@ def test_binary_logistic_regression_reports_its_log_loss(trainer, backend, binar
     np.testing.assert_allclose(model.predict_proba(X), reference.predict_proba(X), atol=1e-5)
 
 
+def _pipelines():
+    from sklearn.decomposition import PCA
+    from sklearn.pipeline import make_pipeline
+
+    return {
+        "scaler + binary MLP": (make_pipeline(StandardScaler(), MLPClassifier((8,))), 2),
+        "scaler + multiclass MLP": (make_pipeline(StandardScaler(), MLPClassifier((8,))), 10),
+        "scaler + logistic": (make_pipeline(StandardScaler(), LogisticRegression()), 10),
+        "PCA + logistic": (make_pipeline(PCA(10), LogisticRegression()), 2),
+    }
+
+
+@pytest.mark.parametrize("backend", ["ort-training", "portable"])
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer], ids=lambda t: t.__name__)
+@pytest.mark.parametrize("name", list(_pipelines()))
+def test_a_pipeline_s_preprocessing_is_read_through(name, trainer, backend):
+    """A StandardScaler (an ai.onnx.ml Scaler, which shape inference does not read
+    through) or a PCA before the classifier: the fit reports scikit-learn's log loss of
+    the pipeline and predicts its probabilities (before, the binary MLP trained a loss of
+    three times its value on the training build and failed on the portable backend, and
+    the PCA was refused)."""
+    pipeline, n_classes = _pipelines()[name]
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:300].astype(np.float32), y[:300] % n_classes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        pipeline.set_params(**{f"{pipeline.steps[-1][0]}__max_iter": 5}).fit(X, y)
+    onx = to_onnx(pipeline, X[:1], options={"zipmap": False}, target_opset=17)
+    assert "Scaler" in {n.op_type for n in onx.graph.node} or "PCA" in name
+    rate = LearningRateSGD(1e-9)  # one step over all the rows, weights almost unchanged
+    model = trainer(onx, learning_rate=rate, batch_size=len(X), max_iter=1, backend=backend)
+    model.fit(X, y)
+    expected = log_loss(y, pipeline.predict_proba(X))
+    assert model.train_losses_[0] == pytest.approx(expected, rel=1e-5)
+    np.testing.assert_allclose(model.predict_proba(X), pipeline.predict_proba(X), atol=1e-5)
+
+
 @pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
 def test_model_selection_splits_a_classifier_graph_into_stratified_folds(trainer):
     """scikit-learn's model selection tells a classifier graph from a regressor graph, as

@@ -55,23 +55,36 @@ def subgraph_reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
+#: The ai.onnx.ml operators :func:`rewrite_linear_nodes` writes in standard operators.
+REWRITTEN_ML = ("LinearRegressor", "LinearClassifier", "Scaler")
+
+
 def rewrite_linear_nodes(onx) -> onnx.ModelProto:
-    """Load a model and rewrite its ai.onnx.ml LinearRegressor / LinearClassifier nodes.
+    """Load a model and rewrite its ai.onnx.ml LinearRegressor, LinearClassifier and
+    Scaler nodes in standard operators.
 
     skl2onnx stores a linear model's weights as node attributes, which leaves nothing to
     train; the rewritten graph has the same outputs from MatMul + Add over initializers
-    ``<node>_coef`` and ``<node>_intercept``. Accepts what :func:`load_model` accepts.
+    ``<node>_coef`` and ``<node>_intercept``. A Scaler (a StandardScaler, RobustScaler or
+    MaxAbsScaler before the model) becomes ``(X - offset) * scale`` over constants, which
+    shape inference reads through (it does not through the Scaler) and which no step
+    trains. Accepts what :func:`load_model` accepts.
     """
     model = load_model(onx)
-    if not any(n.op_type in ("LinearRegressor", "LinearClassifier") for n in model.graph.node):
+    if not any(n.op_type in REWRITTEN_ML for n in model.graph.node):
         return model
     graph = model.graph
     nodes = []
     for k, node in enumerate(graph.node):
+        nodes.extend(_scaler(node, k, graph) if node.op_type == "Scaler" else [node])
+    del graph.node[:]
+    graph.node.extend(nodes)
+    nodes = []
+    for k, node in enumerate(graph.node):
         if node.op_type == "LinearRegressor":
-            nodes.extend(_linear_regressor(node, k, graph))
+            nodes.extend(_linear_regressor(node, k, model))
         elif node.op_type == "LinearClassifier":
-            nodes.extend(_linear_classifier(node, k, graph))
+            nodes.extend(_linear_classifier(node, k, model))
         else:
             nodes.append(node)
     del graph.node[:]
@@ -105,7 +118,30 @@ def _linear_weights(node, k, graph, n_rows, rows=slice(None)):
     return attrs, base, names
 
 
-def _linear_regressor(node, k, graph):
+def _scaler(node, k, graph):
+    """A Scaler as onnxruntime computes it: float ``(X - offset) * scale``, each attribute
+    one value for every column or one per column."""
+    attrs = node_attributes(node)
+    base = node.name or f"scaler{k}"
+    declared = {v.name: v.type.tensor_type.elem_type for v in graph.input}
+    x = node.input[0]
+    nodes = []
+    if declared.get(x) != TensorProto.FLOAT:
+        nodes.append(helper.make_node("Cast", [x], [f"{base}_float"], to=TensorProto.FLOAT))
+        x = f"{base}_float"
+    for name in ("offset", "scale"):
+        value = np.asarray(attrs.get(name, [0.0 if name == "offset" else 1.0]), np.float32)
+        tensor = numpy_helper.from_array(value, f"{base}_{name}")
+        nodes.append(helper.make_node("Constant", [], [tensor.name], value=tensor))
+    nodes += [
+        helper.make_node("Sub", [x, f"{base}_offset"], [f"{base}_centred"]),
+        helper.make_node("Mul", [f"{base}_centred", f"{base}_scale"], [node.output[0]]),
+    ]
+    return nodes
+
+
+def _linear_regressor(node, k, model):
+    graph = model.graph
     attrs = node_attributes(node)
     if attrs.get("post_transform", b"NONE") not in (b"NONE", "NONE"):
         raise OrtBenchError(f"LinearRegressor {node.name!r}: post_transform is not supported")
@@ -116,15 +152,16 @@ def _linear_regressor(node, k, graph):
     ]
 
 
-def _linear_classifier(node, k, graph):
+def _linear_classifier(node, k, model):
     """Scores and labels as onnxruntime's LinearClassifier kernel computes them."""
+    graph = model.graph
     attrs = node_attributes(node)
     if attrs.get("classlabels_ints") is not None:
         labels = np.asarray(attrs["classlabels_ints"], dtype=np.int64)
     else:  # a classifier fitted on string labels
         names = attrs.get("classlabels_strings") or []
         labels = np.array([n.decode() if isinstance(n, bytes) else n for n in names], object)
-    n_rows = len(attrs["coefficients"]) // _n_features(graph, node)
+    n_rows = len(attrs["coefficients"]) // _n_features(model, node)
     post = attrs.get("post_transform", b"NONE")
     post = post.decode() if isinstance(post, bytes) else post
     if post not in ("NONE", "LOGISTIC", "SOFTMAX"):
@@ -196,12 +233,22 @@ def _axes0(graph, base):
     return name
 
 
-def _n_features(graph, node) -> int:
-    """Feature count of a linear node's input, read from the graph's declared shape."""
-    value = {v.name: v for v in graph.input}.get(node.input[0])
+def _n_features(model, node) -> int:
+    """Feature count of a linear node's input: the graph's declared shape, or what shape
+    inference gives the nodes before it (a PCA's MatMul)."""
+    value = {v.name: v for v in model.graph.input}.get(node.input[0])
+    if value is None:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
+        except onnx.shape_inference.InferenceError:
+            inferred = []
+        value = next((v for v in inferred if v.name == node.input[0]), None)
     dims = value.type.tensor_type.shape.dim if value is not None else []
     if len(dims) != 2 or dims[1].dim_value <= 0:
-        raise OrtBenchError(f"{node.op_type} {node.name!r}: its input needs a known feature count")
+        raise OrtBenchError(
+            f"{node.op_type} {node.name!r}: its input needs a known feature count (export "
+            f"the model with the number of features in its input's shape)"
+        )
     return dims[1].dim_value
 
 
