@@ -540,6 +540,47 @@ def test_a_refused_fit_leaves_the_fitted_trainer_as_it_was(regression, trainer):
     np.testing.assert_array_equal(classifier.predict_proba(Xc), proba)
 
 
+@pytest.mark.parametrize("backend", ["ort-training", "portable"])
+@pytest.mark.parametrize("trainer", [F, B])
+def test_ctrl_c_in_an_epoch_undoes_it(regression, trainer, backend):
+    """Ctrl-C while an epoch runs: the weights had taken its steps while the counters left
+    it out. The epoch is undone (weights, momentum, rate, counters, the rows' order): the
+    trainer holds what two epochs give, and a warm start then trains the two left exactly
+    as one four-epoch fit does."""
+    X, y = regression
+    params = dict(max_iter=4, batch_size=8, shuffle=True, random_state=0, backend=backend)
+    params["intra_op_threads"] = 1  # the same sums in every fit
+    on_device = trainer is F and backend == "ort-training"  # no momentum there
+    rate = LearningRateSGD if on_device else LearningRateSGDNesterov
+    params["learning_rate"] = rate(0.05, learning_rate="invscaling")
+    whole = trainer(linear(), **params).fit(X, y)
+    two = trainer(linear(), **{**params, "max_iter": 2}).fit(X, y)
+    model = trainer(linear(), **params)
+    calls = []
+
+    def interrupted_in_epoch_3(loader):
+        calls.append(1)
+        loss = type(model)._run_epoch(model, loader)  # its steps taken, then Ctrl-C
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return loss
+
+    model._run_epoch = interrupted_in_epoch_3
+    with pytest.raises(KeyboardInterrupt, match=r"in epoch 3, which is undone: .* \(n_iter_ = 2\)"):
+        model.fit(X, y)
+    del model._run_epoch
+    assert model.n_iter_ == 2 and model.t_ == two.t_
+    assert model.train_losses_ == two.train_losses_
+    for name, value in two.get_state().items():
+        np.testing.assert_array_equal(model.get_state()[name], value, err_msg=name)
+    model.set_params(max_iter=2, warm_start=True).fit(X, y)
+    # to rounding: the interrupt came after the epoch's last step here, so the weights
+    # go on from the other buffer of the pair (the momentum update rounds by 1e-6 there)
+    np.testing.assert_allclose(model.train_losses_, whole.train_losses_, rtol=1e-5)
+    for name, value in whole.get_state().items():
+        np.testing.assert_allclose(model.get_state()[name], value, rtol=1e-5, err_msg=name)
+
+
 @pytest.mark.parametrize("trainer", [F, B])
 def test_a_dataframes_column_names_are_the_fits(regression, trainer):
     """Columns reordered after the fit were read by position: silently wrong predictions.

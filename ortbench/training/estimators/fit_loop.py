@@ -6,6 +6,7 @@ one call to its ``run_epoch``."""
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 
@@ -69,7 +70,10 @@ class FitLoop:
         the graphs are rebuilt around the weights, and a new learning rate starts its
         schedule where the previous one was; an optimizer state (momentum) restarts from
         zero then, with a warning. A fit refused (bad data, a model that cannot be
-        trained) or interrupted before its first epoch leaves the trainer as it was.
+        trained) or interrupted before its first epoch leaves the trainer as it was; one
+        interrupted (Ctrl-C) during an epoch undoes that epoch and raises
+        KeyboardInterrupt saying so: the trainer holds the epochs before it, and a warm
+        start goes on from there as the uninterrupted fit would have.
         """
         before = dict(self.__dict__)
         try:
@@ -86,22 +90,65 @@ class FitLoop:
         return self
 
     def _epochs(self, loader: BatchLoader, val) -> None:
-        """The ``max_iter`` epochs over the staged batches, validation and progress."""
+        """The ``max_iter`` epochs over the staged batches, validation and progress; an
+        interrupted epoch is undone (:meth:`_interrupted`)."""
         start = time.perf_counter()
         snapshot = self._weights_by_name()
         for epoch in range(1, self.max_iter + 1):
-            loss = float(self._run_epoch(loader))
-            state = self._weights_by_name()
-            if not np.isfinite(loss) or self._weights_overflow(state):
-                self._diverged(epoch, loss, snapshot)
+            mark = self._epoch_mark()
+            try:
+                loss = float(self._run_epoch(loader))
+                state = self._weights_by_name()
+                if not np.isfinite(loss) or self._weights_overflow(state):
+                    self._diverged(epoch, loss, snapshot)
+                self.train_losses_.append(loss)
+                self.t_ += loader.n_samples
+                self._steps.set_learning_rate(self._step_rate(epoch))
+                if val is not None and (
+                    epoch % self.validation_every == 0 or epoch == self.max_iter
+                ):
+                    self.validation_losses_.append(self._validation_loss(*val))
+            except KeyboardInterrupt:
+                self._interrupted(epoch, snapshot, mark)
             snapshot = state
-            self.train_losses_.append(loss)
-            self.t_ += loader.n_samples
-            self._steps.set_learning_rate(self._step_rate(epoch))
-            if val is not None and (epoch % self.validation_every == 0 or epoch == self.max_iter):
-                self.validation_losses_.append(self._validation_loss(*val))
             if self.verbose:
                 self._report(epoch, loss, time.perf_counter() - start)
+
+    def _epoch_mark(self) -> tuple:
+        """What an epoch changes besides the weights, as it stands before the epoch: the
+        counters, the rate, the optimizer state, the order of the rows."""
+        rows = self._shuffles
+        return (
+            self.t_,
+            len(self.train_losses_),
+            len(self.validation_losses_),
+            copy.copy(self.learning_rate_),
+            self._steps.get_optimizer_state(),
+            rows.rng.get_state(),
+            rows.order,
+        )
+
+    def _interrupted(self, epoch: int, snapshot: dict[str, np.ndarray], mark: tuple) -> None:
+        """Undo the interrupted ``epoch`` (weights, optimizer state, counters, the order of
+        the rows), so that the trainer is as the previous epoch left it and a warm start
+        goes on as if nothing had happened; raise KeyboardInterrupt saying so."""
+        t, n_train, n_val, rate, optimizer_state, rng, order = mark
+        self.set_state(snapshot)
+        if optimizer_state is not None:
+            self._steps.set_optimizer_state(optimizer_state)
+        self.t_, self.learning_rate_ = t, rate
+        del self.train_losses_[n_train:], self.validation_losses_[n_val:]
+        self._steps.set_learning_rate(rate.value)
+        self._shuffles.rng.set_state(rng)
+        self._shuffles.order = order
+        kept = ""
+        if isinstance(rate, LearningRateAdamW):
+            kept = " (AdamW's moments, inside onnxruntime, keep its steps)"
+        raise KeyboardInterrupt(
+            f"{type(self).__name__}.fit interrupted in epoch {epoch}, which is undone{kept}: "
+            f"the trainer holds the weights after epoch {epoch - 1} of this fit (n_iter_ = "
+            f"{epoch - 1}); fit again with warm_start=True to go on"
+        ) from None
 
     def _start(self, X, y, sample_weight, X_val, y_val, sample_weight_val):
         """Everything a fit does before its first epoch: checks, the model's preparation,
