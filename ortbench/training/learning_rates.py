@@ -328,19 +328,47 @@ class LearningRateSGDNesterov(BaseLearningRate):
 
 
 class LearningRateAdamW(BaseLearningRate):
-    """AdamW as onnxruntime's on-device optimizer runs it (full training only).
+    """AdamW as onnxruntime's on-device optimizer runs it (FullTrainer, backend
+    'ort-training' only).
+
+    That optimizer is onnxruntime-training's ``AdamWOptimizer`` in its Hugging Face mode
+    (``adam_mode=1``, which ``onnxblock.optim.AdamW`` builds), with bias correction. At
+    step ``t`` (1 at the first batch after the graphs are built: a rebuild restarts ``t``
+    and the moments), for each weight ``w``, its gradient ``g`` and the current rate
+    ``lr``, the moments ``m`` and ``v`` starting at zero:
+
+    - ``m = beta1 * m + (1 - beta1) * g`` and ``v = beta2 * v + (1 - beta2) * g**2``;
+    - ``w = w - lr * sqrt(1 - beta2**t) / (1 - beta1**t) * m / (sqrt(v) + epsilon)``, that
+      is ``w - lr * m_hat / (sqrt(v_hat) + epsilon / sqrt(1 - beta2**t))`` with
+      ``m_hat = m / (1 - beta1**t)`` and ``v_hat = v / (1 - beta2**t)``;
+    - then ``w = w - lr * weight_decay * w``, the decay of the weight just updated.
+
+    In all, ``w_t = (1 - lr * weight_decay) * (w - lr * m_hat / (sqrt(v_hat) + epsilon /
+    sqrt(1 - beta2**t)))``; the first step is ``w - lr * g / (|g| + epsilon /
+    sqrt(1 - beta2))``, then decayed. torch.optim.AdamW differs in two places: it adds
+    ``epsilon`` after the bias correction (``sqrt(v_hat) + epsilon``) and decays the weight
+    before the step, ``w * (1 - lr * weight_decay) - lr * m_hat / (sqrt(v_hat) + epsilon)``.
 
     Parameters
     ----------
     eta0, alpha, power_t, learning_rate
         The schedule, as :class:`BaseLearningRate` takes it (``eta0`` 0.001 by default).
     beta1, beta2 : float, default=0.9, 0.999
-        Decay rates of the first and second moment estimates.
+        Decay rates of the first and second moment estimates, in [0, 1).
     epsilon : float, default=1e-8
-        Added to the second moment's square root.
+        Added to the second moment's square root before the bias correction (see above);
+        finite, > 0.
     weight_decay : float, default=0.01
-        Decoupled weight decay.
+        Decoupled weight decay, finite, >= 0.
+
+    Integers are accepted and used as floats (``weight_decay=0``); a bool is refused.
+    They are checked when a trainer starts a fit (:meth:`check`), where they are also
+    stored as floats in the trainer's copy (``learning_rate_``), as onnxruntime's
+    optimizer attributes are floats.
     """
+
+    #: The hyper-parameters onnxruntime's AdamWOptimizer reads as float attributes.
+    _float_params = ("beta1", "beta2", "epsilon", "weight_decay")
 
     def __init__(
         self,
@@ -358,6 +386,35 @@ class LearningRateAdamW(BaseLearningRate):
         self.beta2 = beta2
         self.epsilon = epsilon
         self.weight_decay = weight_decay
+
+    def check(self) -> None:
+        """Raise a one-line error, naming the class, for invalid hyper-parameters."""
+        name = type(self).__name__
+        try:
+            super().check()
+        except OrtBenchError as e:
+            raise OrtBenchError(f"{name}: {e}") from None
+        for param in ("beta1", "beta2"):
+            value = getattr(self, param)
+            if not (_finite_at_least(value, 0) and value < 1):
+                raise OrtBenchError(f"{name}: {param} must be in [0, 1), got {value!r}")
+        if not _finite_at_least(self.epsilon, 0) or self.epsilon == 0:
+            raise OrtBenchError(
+                f"{name}: epsilon must be a finite number > 0, got {self.epsilon!r}"
+            )
+        if not _finite_at_least(self.weight_decay, 0):
+            raise OrtBenchError(
+                f"{name}: weight_decay must be a finite number >= 0, got {self.weight_decay!r}"
+            )
+
+    def init_learning_rate(self) -> LearningRateAdamW:
+        """Check, start the schedule, and store the hyper-parameters as floats (the
+        trainer calls it on its own copy, ``learning_rate_``, which onnxruntime's
+        optimizer reads: an int there is an attribute of the wrong type)."""
+        super().init_learning_rate()
+        for param in self._float_params:
+            setattr(self, param, float(getattr(self, param)))
+        return self
 
     def update_nodes(self, b, weight, step, states):
         raise OrtBenchError(
