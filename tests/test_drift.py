@@ -121,6 +121,46 @@ def test_drift_that_could_explain_a_slowdown_is_inconclusive(tmp_path, capsys):
     ), "an inconclusive verdict read as a pass"
 
 
+def test_the_correction_alone_makes_no_verdict(tmp_path, capsys):
+    """The same code timed on a machine whose probes ran 0.6x as long in HEAD: raw times
+    equal, 1.67x once normalised. Regressed before (exit 1); now inconclusive, since no
+    drift at all is as likely as the probes' (exit 4). The other way round, a speed-up
+    made by the correction alone is not significant (exit 0). HEAD's column says its
+    times are divided by the drift factor."""
+    base = run_folder(tmp_path / "base", CELLS, PROBES)
+    faster = {name: 0.6 * s for name, s in PROBES.items()}
+    head = run_folder(tmp_path / "head", CELLS, faster)
+    status, report = compare(tmp_path, base, head, capsys)
+    assert status == 4, report
+    assert all(line(report, c).startswith("| drift? |") for c in CELLS)
+    assert "| verdict | benchmark | parameters | BASE | HEAD ÷ 0.60 (drift) | ratio |" in report
+    status, report = compare(tmp_path, head, base, capsys)
+    assert status == 0, report
+    for contender in CELLS:
+        assert line(report, contender).startswith("| not significant (within the machine's drift)")
+    # a speed-up beyond what any change of the machine explains is still one
+    quicker = run_folder(tmp_path / "quicker", {**CELLS, "ort-full": 0.3e-4}, faster)
+    status, report = compare(tmp_path, base, quicker, capsys)
+    assert line(report, "ort-full").startswith("| improved |")
+
+
+def test_an_unstable_cell_is_missing_not_failed(tmp_path, capsys):
+    """A cell whose slopes spread too far ran: it is not judged (missing), and does not
+    fail the comparison as an unavailable one would."""
+    base = run_folder(tmp_path / "base", CELLS, PROBES)
+    head = run_folder(tmp_path / "head", CELLS, PROBES)
+    records = (head / "results.jsonl").read_text().splitlines()
+    first = json.loads(records[0])
+    first["status"] = "unstable: slopes spread beyond 2x"
+    (head / "results.jsonl").write_text("\n".join([json.dumps(first), *records[1:]]) + "\n")
+    status, report = compare(tmp_path, base, head, capsys)
+    assert status == 0, report
+    unstable = line(report, first["contender"])
+    assert unstable.startswith("| missing (unstable in HEAD: its time per step could not be read)")
+    status, report = compare(tmp_path, head, base, capsys)
+    assert status == 0 and "unstable in BASE" in line(report, first["contender"])
+
+
 def test_compare_verdicts_are_labelled_indicative(tmp_path, capsys):
     base = run_folder(tmp_path / "base", CELLS, PROBES)
     status, report = compare(tmp_path, base, run_folder(tmp_path / "head", CELLS, PROBES), capsys)

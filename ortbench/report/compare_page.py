@@ -82,19 +82,19 @@ def comparison_html(comparison: Comparison) -> str:
         f"bar the 99% confidence interval, a tick the value compared.</p>",
     ]
     if flagged:
-        parts.append(_table(flagged))
+        parts.append(_table(flagged, comparison.head_column))
     if unchanged:
-        parts.append(
-            f"<details><summary>{len(unchanged)} unchanged</summary>{_table(unchanged)}</details>"
-        )
+        table = _table(unchanged, comparison.head_column)
+        parts.append(f"<details><summary>{len(unchanged)} unchanged</summary>{table}</details>")
     title = f"ortbench compare: {comparison.base} vs {comparison.head}"
     return html_page(title, "\n".join(parts), STYLE)
 
 
-def _table(verdicts: list[Verdict]) -> str:
+def _table(verdicts: list[Verdict], head_label: str) -> str:
     head = (
         "<tr><th>verdict</th><th>benchmark</th><th>parameters</th><th class='num'>BASE</th>"
-        "<th class='num'>HEAD</th><th class='num'>HEAD / BASE</th><th>samples</th></tr>"
+        f"<th class='num'>{html.escape(head_label)}</th><th class='num'>HEAD / BASE</th>"
+        "<th>samples</th></tr>"
     )
     return (
         f"<table class='verdicts'><thead>{head}</thead><tbody>"

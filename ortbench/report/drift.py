@@ -6,9 +6,12 @@ these machine probes measure drift, never a contender, which the change under te
 move. Comparing two runs, each probe's change is the ratio of its medians, HEAD / BASE.
 The calibration moved when a probe's samples differ by a two-sided Mann-Whitney U test
 (p < :data:`P_DRIFT`) and by more than :data:`FLOOR`. Then the times are judged normalised
-by the calibration (HEAD divided by the geometric mean of the probes' ratios), and a
-regression that the largest probe ratio could explain becomes ``drift?``: inconclusive,
-neither passed nor failed (``ortbench compare`` exits 4 and asks for ``ortbench ab``).
+by the calibration (HEAD divided by the geometric mean of the probes' ratios). The machine's
+true change may be anything from none to the most drifted probe's: a regression that some
+change in that range explains becomes ``drift?``, inconclusive, neither passed nor failed
+(``ortbench compare`` exits 4 and asks for ``ortbench ab``), and an improvement that one
+explains is not significant. So the correction alone never makes a verdict: two runs of
+the same code, the second on a machine whose probes ran faster, do not regress by it.
 """
 
 from __future__ import annotations
@@ -69,11 +72,17 @@ class Drift:
         )
 
     def explains(self, ratio: float | None, threshold: float) -> bool:
-        """Whether a normalised HEAD / BASE ``ratio`` stays within the threshold once
-        divided by the largest probe ratio instead of the drift factor."""
+        """Whether a normalised HEAD / BASE ``ratio`` beyond the threshold comes back within
+        it at some machine change between none (1) and the most drifted probe's, in the
+        direction that would bring it back (the largest for a slowdown, the smallest for a
+        speed-up)."""
         if ratio is None:
             return False
-        return ratio * self.factor / max(self.ratios.values()) <= 1 + threshold
+        raw = ratio * self.factor
+        changes = [1.0, *self.ratios.values()]
+        if ratio > 1:
+            return raw / max(changes) <= 1 + threshold
+        return raw / min(changes) >= 1 / (1 + threshold)
 
 
 def measure_drift(base: ResultSet, head: ResultSet) -> Drift | None:

@@ -33,6 +33,7 @@ from ..bench.store import (
     read_plan,
     read_results,
 )
+from ..bench.timing import UNSTABLE
 from ..errors import OrtBenchError
 from ..schema import KEYS, RESULTS_CSV, RESULTS_JSONL, SAMPLES
 
@@ -60,6 +61,8 @@ class Measurement:
     ci: tuple[float, float] | None = None
     #: never measured: its run was interrupted before the cell finished (``value`` is None)
     interrupted: bool = False
+    #: timed, but its slopes spread too far to give a time per step (``value`` is NaN)
+    unstable: bool = False
 
     @property
     def failed(self) -> bool:
@@ -210,7 +213,11 @@ def _bench_folder(folder: Path) -> ResultSet:
             if name == "seconds_per_step":
                 samples = _samples(record.get(SAMPLES), f"{where}, {SAMPLES}")
             measurements[(name, params)] = Measurement(
-                value, unit, samples, interrupted=status == INTERRUPTED
+                value,
+                unit,
+                samples,
+                interrupted=status == INTERRUPTED,
+                unstable=status.startswith(UNSTABLE),
             )
     measurements |= _not_reached(folder, records, bad)
     run = records[0].get("run_id", folder.name) if records else folder.name

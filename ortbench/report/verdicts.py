@@ -5,15 +5,17 @@ beyond the threshold, as ``asv compare`` decides. Verdicts:
 
 - regressed: significantly slower (larger) by more than the threshold, or a counter grew;
 - drift?: regressed on times normalised by the machine's drift between the runs, but
-  within the threshold of what the most drifted calibration probe explains (:mod:`.drift`):
-  inconclusive, to be re-run side by side with ``ortbench ab``;
+  within the threshold at a machine change between none and the most drifted calibration
+  probe's (:mod:`.drift`): inconclusive, to be re-run side by side with ``ortbench ab``;
 - failed: errored in HEAD, or measured in BASE and errored, unavailable or absent in HEAD;
 - warning: significantly slower by more than ``warn`` but not by more than the threshold;
-- not significant: beyond the threshold but within the noise;
+- not significant: beyond the threshold but within the noise, or a speed-up the machine's
+  drift explains;
 - improved: significantly faster (smaller) by more than ``warn``, a counter fell, or
   errored in BASE and measured in HEAD;
-- missing: measured in HEAD only, unavailable in BASE, or not run on a side (its run was
-  interrupted before the cell) and not errored in HEAD;
+- missing: measured in HEAD only, unavailable in BASE, not run on a side (its run was
+  interrupted before the cell) and not errored in HEAD, or timed as unstable on a side
+  (its slopes spread beyond what a time per step can be read from);
 - unchanged: anything else measured on both sides.
 
 Cells skipped on both sides (setup raised NotImplementedError, "unavailable"), or in the
@@ -107,6 +109,14 @@ class Comparison:
         return sum(v.ratio is not None for v in self.verdicts)
 
     @property
+    def head_column(self) -> str:
+        """The heading of HEAD's column: its times as judged, divided by the drift factor
+        where the machine moved."""
+        if self.drift is None or not self.drift.moved:
+            return "HEAD"
+        return f"HEAD ÷ {self.drift.factor:.2f} (drift)"
+
+    @property
     def headline(self) -> str:
         """The report's verdict in a few words."""
         if self.failing:
@@ -130,6 +140,10 @@ def judge(
         return FAILED, None, f"errored in {'both' if before.failed else 'HEAD'}"
     if before.interrupted or after.interrupted:
         return MISSING, None, _interrupted(before, after)
+    if before.unstable or after.unstable:
+        sides = "both" if before.unstable and after.unstable else ""
+        sides = sides or ("HEAD" if after.unstable else "BASE")
+        return MISSING, None, f"unstable in {sides}: its time per step could not be read"
     if before.failed and after.skipped:
         return MISSING, None, "errored in BASE, could not run in HEAD"
     if before.failed:
@@ -206,19 +220,17 @@ def compare(
         before, after = base.measurements.get(key), head.measurements.get(key)
         if _left_out(before, after) or _may_be_bad(key[1], before, after, base, head):
             continue
+        if moved and after is not None:  # HEAD's times as judged, shown so too
+            after = drift.normalise(after)
         if before is None or after is None:
             verdicts.append(Verdict(*key, before, after, *judge_one_side(before, after)))
             continue
-        if moved:
-            after = drift.normalise(after)
         verdict, ratio, note = judge(before, after, threshold, warn)
-        if (
-            moved
-            and verdict == REGRESSED
-            and not after.counter
-            and drift.explains(ratio, threshold)
-        ):
+        explained = moved and not after.counter and drift.explains(ratio, threshold)
+        if explained and verdict == REGRESSED:
             verdict = DRIFT
+        elif explained and verdict == IMPROVED and ratio is not None:
+            verdict, note = NOT_SIGNIFICANT, "within the machine's drift"
         verdicts.append(Verdict(*key, before, after, verdict, ratio, note))
     # counters are exact: their verdicts come first, then the timings'
     verdicts.sort(key=lambda v: (not (v.before or v.after).counter, ORDER.index(v.verdict)))
@@ -310,7 +322,7 @@ def comparison_markdown(comparison: Comparison) -> str:
         _drift_method(drift),
     ]
     header = [
-        "| verdict | benchmark | parameters | BASE | HEAD | ratio |",
+        f"| verdict | benchmark | parameters | BASE | {comparison.head_column} | ratio |",
         "|---|---|---|---:|---:|---:|",
     ]
     flagged = [v for v in comparison.verdicts if v.verdict != UNCHANGED]
