@@ -54,6 +54,45 @@ def test_a_torch_export_without_dynamic_axes_runs_any_batch(name):
         np.testing.assert_allclose(found, expected, rtol=1e-4, atol=1e-5)
 
 
+def _reshapes(allowzero: int, shapes: dict[str, list[int]]):
+    """X (16, 12) through one Reshape per named constant shape, in order."""
+    names = ["X", *shapes]
+    nodes = [
+        helper.make_node("Reshape", [x, n], [n + "_out"], name=n, allowzero=allowzero)
+        for x, n in zip([names[0], *[m + "_out" for m in shapes]], shapes)
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "reshapes",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [16, 12])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in shapes.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _shapes_read(model) -> list[list[int]]:
+    values = {i.name: numpy_helper.to_array(i).tolist() for i in model.graph.initializer}
+    return [values[n.input[1]] for n in model.graph.node]
+
+
+@pytest.mark.parametrize("allowzero", [0, 1])
+def test_a_reshape_with_allowzero_is_freed_where_no_zero_is_written(allowzero):
+    """torch's default exporter writes every Reshape with ``allowzero=1``, where a 0 in the
+    shape is a zero, not "copy the input's": ``[16, 4, 3]`` still becomes ``[-1, 4, 3]``
+    (it was left fixed: the model refused), ``[16, -1]`` cannot become ``[0, -1]``."""
+    freed = free_batch_axis(_reshapes(allowzero, {"cube": [16, 4, 3]}), "X")
+    assert _shapes_read(freed) == [[-1, 4, 3]]
+    session = onnxruntime.InferenceSession(
+        freed.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    x = np.arange(5 * 12, dtype=np.float32).reshape(5, 12)
+    np.testing.assert_array_equal(session.run(None, {"X": x})[0], x.reshape(5, 4, 3))
+    flat = _reshapes(allowzero, {"cube": [16, 4, 3], "flat": [16, -1]})
+    second = [16, -1] if allowzero else [0, -1]  # left as it is: a 0 would be a zero
+    assert _shapes_read(free_batch_axis(flat, "X")) == [[-1, 4, 3], second]
+
+
 def test_the_node_that_pins_the_batch_is_named():
     """A constant as tall as the exported batch, added to the rows: no rewrite frees it."""
     graph = helper.make_graph(

@@ -48,17 +48,20 @@ def constant_shapes(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return shapes
 
 
-def _free_shape(shape: np.ndarray, batch: int) -> np.ndarray | None:
+def _free_shape(shape: np.ndarray, batch: int, allowzero: bool = False) -> np.ndarray | None:
     """The Reshape target without the exported batch, or None when it holds none or it
     cannot be told which entry holds it.
 
     A first entry ``B`` is taken for the batch: ``[B, 1, 8, 8]`` becomes ``[-1, 1, 8, 8]``,
-    ``[B, -1]`` becomes ``[0, -1]`` (the first dimension copied from the input's).
-    Elsewhere, the one entry that is a multiple of ``B`` is: ``[8, 2 * B, 4]`` becomes
-    ``[8, -1, 4]``.
+    ``[B, -1]`` becomes ``[0, -1]`` (the first dimension copied from the input's), which a
+    Reshape with ``allowzero`` (torch's default exporter writes it) reads as a zero: None
+    there. Elsewhere, the one entry that is a multiple of ``B`` is: ``[8, 2 * B, 4]``
+    becomes ``[8, -1, 4]``.
     """
     shape = np.array(shape, dtype=np.int64).reshape(-1)
     if len(shape) and shape[0] == batch:
+        if -1 in shape and allowzero:
+            return None
         shape[0] = 0 if -1 in shape else -1
         return shape
     carrying = [k for k, d in enumerate(shape) if d > 0 and d % batch == 0]
@@ -75,9 +78,8 @@ def _rewrite_reshapes(graph: onnx.GraphProto, batch: int) -> None:
     for node in graph.node:
         if node.op_type != "Reshape" or len(node.input) < 2 or node.input[1] not in constants:
             continue
-        if any(a.name == "allowzero" and a.i for a in node.attribute):
-            continue
-        freed = _free_shape(constants[node.input[1]], batch)
+        allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
+        freed = _free_shape(constants[node.input[1]], batch, allowzero)
         if freed is None:
             continue
         name = f"{node.input[1]}_batch_free_{len(added)}"
