@@ -88,6 +88,19 @@ class _SeedBehaviour:
     #: The seed's data loader clips a batch to the training rows without a word.
     _warns_when_clipping = False
 
+    def set_params(self, **params):
+        """Set hyper-parameters as the seed's constructor takes them: a float or a name of
+        a learning rate, a loss or a penalty becomes its object, ``validation_every`` a
+        number of epochs, as the constructor stores them (scikit-learn's ``clone`` and
+        model selection give them so: ``GridSearchCV`` over ``learning_rate=[0.1, 0.01]``).
+        """
+        super().set_params(**params)
+        stored = _as_seed_stored(self.get_params(deep=False))
+        for name in ("learning_rate", "learning_loss", "learning_penalty", "validation_every"):
+            if name in params:
+                setattr(self, name, stored[name])
+        return self
+
     #: True when the trained loss is a sum over the batch, as the seed's full class
     #: assumed: steps then use the rate divided by the batch size and the reported
     #: loss is divided by it too, as the seed did.
