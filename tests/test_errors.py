@@ -80,6 +80,10 @@ def test_unknown_weight_name(trainer, regression, mlp_onnx):
         trainer(mlp_onnx, weights_to_train=["coefficient", "nope"]).fit(X, y)
     with raises_one_line("unknown weight 'nope'"):
         onnx_derivative(mlp_onnx, weights=["nope"])
+    # a name twice built a graph with two definitions of it: onnxruntime's raw error on
+    # the portable backend, a duplicated weight on the training build
+    with raises_one_line("weights_to_train names 'coefficient' more than once"):
+        trainer(mlp_onnx, weights_to_train=["coefficient", "intercepts", "coefficient"]).fit(X, y)
 
 
 @pytest.mark.parametrize(

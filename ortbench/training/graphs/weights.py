@@ -112,16 +112,21 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
         _warn_merged_parameters(onx, weights)
         left_out = [n for n in torch_non_parameters(onx) if not _EXPORTER_VALUE.fullmatch(n)]
         if left_out:
+            one = len(left_out) == 1
             warnings.warn(
-                f"{len(left_out)} initializer{'s' * (len(left_out) > 1)} that torch's exporter made from "
-                f"buffers or constants of forward, not from parameters, stay constant as in "
-                f"torch: {left_out[:5]} (weights_to_train or --weights trains them)",
+                f"{len(left_out)} initializer{'' if one else 's'} that torch's exporter made "
+                f"from buffers or constants of forward, not from parameters, "
+                f"stay{'s' if one else ''} constant as in torch: {left_out[:5]} "
+                f"(weights_to_train or --weights trains {'it' if one else 'them'})",
                 UserWarning,
                 stacklevel=3,
             )
         return weights
     if isinstance(weights, str):
         weights = [weights]
+    twice = sorted({n for n in weights if list(weights).count(n) > 1})
+    if twice:
+        raise OrtBenchError(f"weights_to_train names {twice[0]!r} more than once: name each once")
     known = {i.name: i for i in onx.graph.initializer}
     for name in weights:
         if name not in known:
