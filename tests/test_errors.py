@@ -347,3 +347,35 @@ def test_a_missing_onnxruntime_symbol_is_named_in_one_line(monkeypatch):
     with raises_one_line("has no PartialGraphExecutionState: install onnxruntime-training"):
         capi.PartialGraphExecutionState()
     assert "PartialGraphExecutionState" in capi.missing(capi.TRAINING_SYMBOLS)
+
+
+def test_a_log_softmax_output_under_the_log_loss_says_what_to_do(trainer):
+    """A network ending with LogSoftmax (torch's NLLLoss form) under the log loss of
+    probabilities took the log of logarithms: "diverged, the loss is nan". Refused in one
+    line; the softmax of the log-probabilities it advises trains torch's NLLLoss."""
+    from scipy.special import log_softmax
+
+    from ortbench.training import NegLogLearningLoss
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 60)
+    W = (rng.standard_normal((4, 3)) * 0.5).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["X", "W"], ["z"]),
+            helper.make_node("LogSoftmax", ["z"], ["Y"], axis=1),
+        ],
+        "nll",
+        [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [None, 3])],
+        [onnx.numpy_helper.from_array(W, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    name = "loss" if trainer is FullTrainer else "learning_loss"
+    params = dict(learning_rate=LearningRateSGD(1e-9), batch_size=60, max_iter=1, shuffle=False)
+    with raises_one_line(r"output 'Y' is a LogSoftmax's .* NegLogLearningLoss\(probability_"):
+        trainer(model, **params, **{name: NegLogLearningLoss()}).fit(X, y)
+    fitted = trainer(model, **params, **{name: NegLogLearningLoss("softmax")}).fit(X, y)
+    nll = -log_softmax(X @ W, axis=1)[np.arange(60), y].mean()
+    assert fitted.train_losses_[0] == pytest.approx(nll, rel=1e-5)

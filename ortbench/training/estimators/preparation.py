@@ -16,6 +16,7 @@ from ..graphs.nodes import rewrite_linear_nodes
 from ..graphs.outputs import (
     classifier_output,
     flattening_reshape,
+    last_operator,
     select_outputs,
     sigmoid_output,
     static_width,
@@ -58,6 +59,8 @@ class ModelPreparation:
             classifier = sigmoid_output(predicting)
         if loss.is_classification and classifier is not None:
             loss = self._classifier_loss(loss, classifier)
+        elif isinstance(loss, NegLogLearningLoss) and loss.probability_function is None:
+            self._refuse_log_probabilities(predicting)
         self.learning_loss_ = loss
         check_shapes(model, self._input, self.output_name_)
         trained_from = [self.output_name_, *losses]
@@ -107,6 +110,17 @@ class ModelPreparation:
         self._proba_name = name
         self._label_columns = classifier.columns
         return loss
+
+    def _refuse_log_probabilities(self, model: onnx.ModelProto) -> None:
+        """Refuse a LogSoftmax output under the log loss of probabilities, which would
+        take the log of its logarithms (a loss of nan), in one line saying what to do."""
+        if last_operator(model, self.output_name_) == "LogSoftmax":
+            raise OrtBenchError(
+                f"the model's output {self.output_name_!r} is a LogSoftmax's (log-"
+                f"probabilities), and the log loss reads probabilities: give "
+                f"NegLogLearningLoss(probability_function='softmax'), whose softmax of them is "
+                f"the probabilities (the loss torch's NLLLoss computes), or end with Softmax"
+            )
 
     def _static_batch(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """A copy whose inputs and outputs have a batch's rows (see data.BatchLoader),

@@ -94,6 +94,16 @@ def sigmoid_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
     return ClassifierOutput(output, node.input[0], "sigmoid", static_width(onx, output))
 
 
+def last_operator(onx: onnx.ModelProto, name: str) -> str | None:
+    """The operator that makes ``name``, through Identity nodes (None for an input or an
+    initializer)."""
+    producers = {o: n for n in onx.graph.node for o in n.output}
+    node = producers.get(name)
+    while node is not None and node.op_type == "Identity":
+        node = producers.get(node.input[0])
+    return None if node is None else node.op_type
+
+
 def log_loss_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
     """What the log loss trains of a graph: a classifier's probabilities
     (:func:`classifier_output`) or a plain graph's Sigmoid (:func:`sigmoid_output`); None
