@@ -68,6 +68,10 @@ CASES = [
     ("Log", [(3, 4)], None, None),
     ("Reciprocal", [(3, 4)], None, None),
     ("Abs", [(3, 4)], None, None),
+    ("Sign", [(3, 4)], None, None),
+    ("Floor", [(3, 4)], None, None),
+    ("Ceil", [(3, 4)], None, None),
+    ("Round", [(3, 4)], None, None),
     ("Sqrt", [(3, 4)], None, None),
     ("Pow", [(3, 4), (1,)], None, None),
     ("Clip", [(3, 4)], None, [np.array(-0.5, np.float32), np.array(0.5, np.float32)]),
@@ -158,6 +162,9 @@ def draw(op: str, shape) -> np.ndarray:
         for kink in KINKS[op]:
             values = np.where(np.abs(values - kink) < 0.1, kink + 0.3, values)
         return np.where(np.abs(values) < 0.05, 0.3, values).astype(np.float32)
+    if op in ("Floor", "Ceil", "Round"):  # between integers and half-integers: steps of eps
+        whole = RNG.integers(-3, 3, shape)  # change nothing there
+        return (whole + RNG.uniform(0.1, 0.4, shape)).astype(np.float32)
     if op == "MaxPool":  # distinct values 0.05 apart: a step of eps never changes a maximum
         size = int(np.prod(shape))
         return ((RNG.permutation(size) - size / 2) * 0.05).reshape(shape).astype(np.float32)

@@ -255,6 +255,13 @@ def _log(ctx, node, g):
     return [ctx.b.op("Div", g[0], node.input[0])]
 
 
+@rule("Sign", "Floor", "Ceil", "Round")
+def _piecewise_constant(ctx, node, g):
+    """Zero almost everywhere, as torch's autograd has it (a tensor of zeros, so that a
+    value read through these alone still gets a gradient)."""
+    return [ctx.b.op("Mul", g[0], ctx.b.const(0.0))]
+
+
 @rule("Abs")
 def _abs(ctx, node, g):
     return [ctx.b.op("Mul", g[0], ctx.b.op("Sign", node.input[0]))]
