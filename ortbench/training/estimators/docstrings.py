@@ -58,6 +58,8 @@ is_classifier_ : bool
     Whether the loss is a log loss (labels are one-hot encoded).
 classes_ : numpy.ndarray
     The class labels (classifiers only).
+n_features_in_ : int
+    The number of features (columns of X) seen by the last fit, the model's input width.
 feature_names_in_ : numpy.ndarray
     The column names of X, when the fit's X was a DataFrame with string column names:
     data predicted or validated must come with the same columns, in the same order.

@@ -179,6 +179,7 @@ class FitLoop:
             self._fitted_model = self.model_onnx
         self._check_feature_names(X, reset=True)
         X, Y, w = self._check_data(X, y, sample_weight, fitted_classes=warm)
+        self.n_features_in_ = X.shape[1]
         val = None
         if X_val is not None:
             self._check_feature_names(X_val, reset=False)
