@@ -52,6 +52,19 @@ def test_verbose_fit_writes_one_line_per_epoch(regression, mlp_onnx, capsys):
         assert (match.group(3) is None) == (epoch == 3)  # time left until the last epoch
 
 
+def test_verbose_shows_the_rate_each_epoch_trained_at(regression, mlp_onnx, capsys):
+    """invscaling: epoch 1 trains at eta0 and each next one at eta0 / (t + 1) ** power_t
+    of the samples seen before it (the line said the next epoch's rate)."""
+    X, y = regression
+    rate = LearningRateSGD(0.1, learning_rate="invscaling", power_t=0.5)
+    FullTrainer(mlp_onnx, learning_rate=rate, max_iter=3, verbose=1).fit(X, y)
+    shown = [
+        float(re.search(r" lr=(\S+) ", x).group(1)) for x in capsys.readouterr().err.splitlines()
+    ]
+    expected = [0.1 / (len(X) * k + 1) ** 0.5 for k in range(3)]
+    np.testing.assert_allclose(shown, expected, rtol=2e-3)  # printed with 3 digits
+
+
 def test_progress_on_a_terminal_is_a_bar():
     stream = Terminal()
     progress = Progress(4, "FullTrainer", "epoch", stream=stream)

@@ -111,8 +111,8 @@ class FitLoop:
             except KeyboardInterrupt:
                 self._interrupted(epoch, snapshot, mark)
             snapshot = state
-            if self.verbose:
-                self._report(epoch, loss, time.perf_counter() - start)
+            if self.verbose:  # at the rate the epoch trained at (mark[3], before the epoch)
+                self._report(epoch, loss, mark[3].value, time.perf_counter() - start)
 
     def _epoch_mark(self) -> tuple:
         """What an epoch changes besides the weights, as it stands before the epoch: the
@@ -394,12 +394,13 @@ class FitLoop:
             self._steps.start_fit(loader)
         return loader
 
-    def _report(self, epoch: int, loss: float, elapsed: float) -> None:
-        """Show an epoch: a bar on a terminal, one line per epoch otherwise."""
+    def _report(self, epoch: int, loss: float, rate: float, elapsed: float) -> None:
+        """Show an epoch, its loss and the rate it trained at: a bar on a terminal, one
+        line per epoch otherwise."""
         if epoch == 1:
             self._progress = Progress(self.max_iter, type(self).__name__, "epoch")
         extra = f" val={self.validation_losses_[-1]:.6g}" if self.validation_losses_ else ""
-        self._progress.step(f"loss={loss:.6g}{extra} lr={self.learning_rate_.value:.3g}", elapsed)
+        self._progress.step(f"loss={loss:.6g}{extra} lr={rate:.3g}", elapsed)
 
 
 def _same_model(model, fitted) -> bool:
