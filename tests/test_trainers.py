@@ -341,6 +341,16 @@ def test_binary_classification_matches_mlpclassifier(breast_cancer, zipmap):
         assert len(proba) == len(X_test)
 
 
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
+def test_the_repr_summarises_the_model(trainer, mlp_onnx):
+    """A model given as bytes printed 700 characters of protobuf in the repr."""
+    data = mlp_onnx.SerializeToString()
+    text = repr(trainer(data, max_iter=3))
+    assert f"model_onnx=<serialized model: {len(data):,} bytes>" in text and len(text) < 200
+    nodes = len(mlp_onnx.graph.node)
+    assert f"<ModelProto {mlp_onnx.graph.name!r}: {nodes} nodes>" in repr(trainer(mlp_onnx))
+
+
 @pytest.mark.parametrize("rate", ["given", "default"])
 @pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer])
 def test_grid_search_picks_a_learning_rate(trainer, rate, regression, mlp_onnx):

@@ -273,9 +273,10 @@ class TrainerParams(BaseEstimator):
         self._built_key = built_key
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
-        """scikit-learn's repr, with the model summarised instead of printed as protobuf text."""
+        """scikit-learn's repr, with the model summarised instead of printed as protobuf text
+        (or its serialized bytes)."""
         model = self.model_onnx
-        if isinstance(model, onnx.ModelProto):
+        if isinstance(model, (onnx.ModelProto, bytes)):
             summary = _ModelSummary(model)
             try:
                 self.model_onnx = summary
@@ -286,8 +287,11 @@ class TrainerParams(BaseEstimator):
 
 
 class _ModelSummary:
-    def __init__(self, model: onnx.ModelProto):
-        self.text = f"<ModelProto {model.graph.name!r}: {len(model.graph.node)} nodes>"
+    def __init__(self, model: onnx.ModelProto | bytes):
+        if isinstance(model, bytes):
+            self.text = f"<serialized model: {len(model):,} bytes>"
+        else:
+            self.text = f"<ModelProto {model.graph.name!r}: {len(model.graph.node)} nodes>"
 
     def __repr__(self) -> str:
         return self.text
