@@ -70,6 +70,13 @@ def test_a_3_class_graph_on_2_classes_is_refused(cls):
         "y has 2 classes, the model outputs 3 columns (one per class): convert a classifier "
         "fitted on 2 classes"
     )
+    binary = to_onnx(LogisticRegression().fit(X, Y01), X[:1])  # one score column
+    with pytest.raises(OrtBenchError) as e:
+        cls(binary, max_iter=1).fit(X, RNG.integers(0, 3, len(X)))
+    assert str(e.value) == (
+        "y has 3 classes, the model outputs one column (two classes): convert a classifier "
+        "fitted on 3 classes"
+    )
 
 
 @pytest.mark.parametrize("cls", TRAINERS)

@@ -258,9 +258,12 @@ class ModelPreparation:
         if width == 1 and n_classes == 2:
             return np.ascontiguousarray(index.reshape(-1, 1), dtype=np.float32)
         if n_classes != width:
+            outputs = (
+                "one column (two classes)" if width == 1 else f"{width} columns (one per class)"
+            )
             raise OrtBenchError(
-                f"y has {n_classes} classes, the model outputs {width} columns (one per "
-                f"class): convert a classifier fitted on {n_classes} classes"
+                f"y has {n_classes} classes, the model outputs {outputs}: convert a "
+                f"classifier fitted on {n_classes} classes"
             )
         Y = np.zeros((len(y), width), dtype=np.float32)
         Y[np.arange(len(y)), index] = 1
