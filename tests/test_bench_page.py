@@ -425,3 +425,28 @@ def test_summary_names_the_bad_rows_as_the_page_does(tmp_path, capsys):
     assert section.split("\n\n")[0].splitlines() == [f"- {line}" for line in bad]
     page = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert all(f"<li>{html.escape(line)}</li>" in page for line in bad)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (17, 20, {"17", "18", "19", "20"}),  # under 3x: every minor tick (and halves)
+        (12, 95, {"20", "30", "50"}),  # under 10x, no decade tick: 2, 3 and 5 of it
+        (3, 900, {"10", "100"}),  # the decades alone
+    ],
+)
+def test_a_log_axis_within_one_decade_keeps_numbers(low, high, expected):
+    """A contender whose times stay within one decade (17 and 20 µs) had a panel of the
+    scaling plot with no number on its log axis, beside panels labelled 0.01 to 0.1."""
+    from ortbench.report.plots import log_axis_labels
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.plot([1, 2], [low, high])
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    log_axis_labels(ax.yaxis)
+    fig.canvas.draw()
+    ticks = [*ax.yaxis.get_majorticklabels(), *ax.yaxis.get_minorticklabels()]
+    shown = {t.get_text() for t in ticks if t.get_text() and low <= t.get_position()[1] <= high}
+    assert shown >= expected and (high / low < 3 or shown == expected), shown

@@ -8,6 +8,7 @@ outside the axes; batch sizes are the ticks themselves.
 
 from __future__ import annotations
 
+import math
 import zlib
 from pathlib import Path
 
@@ -72,6 +73,22 @@ def _title(key: tuple) -> str:
 def _plain(value: float, _position=None) -> str:
     """A tick label without exponents: 15, 256, 0.5, 1.2e-05 only when unavoidable."""
     return f"{value:g}"
+
+
+def log_axis_labels(axis) -> None:
+    """Plain labels on a log axis: its decades, and within a view of less than one decade
+    (no decade tick shown) its minor ticks too: 2, 3 and 5 times a power of ten, every one
+    where the view spans less than 3x."""
+
+    def minor(value: float, _position=None) -> str:
+        low, high = sorted(axis.get_view_interval())
+        if low <= 0 or high / low >= 10:
+            return ""
+        mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9))
+        return _plain(value) if high / low < 3 or mantissa in (2, 3, 5) else ""
+
+    axis.set_major_formatter(FuncFormatter(_plain))
+    axis.set_minor_formatter(FuncFormatter(minor))
 
 
 def coinciding(curves: dict[str, np.ndarray]) -> dict[str, str]:
@@ -178,8 +195,7 @@ def _by_batch_size(results: pd.DataFrame, path: Path, speedup: bool) -> None:
             ax.set_ylabel(f"speed-up over {against} (x, higher is faster)")
         else:
             ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FuncFormatter(_plain))
-            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, p: ""))
+            log_axis_labels(ax.yaxis)
             ax.set_ylabel("µs per step (log scale, lower is faster)")
         ax.set_title(_title(key), fontsize=10)
         ax.grid(alpha=0.3, which="both")

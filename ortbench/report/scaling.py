@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
 from ..schema import CONTENDER_NAMES
-from .plots import DPI, WIDTH, style
+from .plots import DPI, WIDTH, log_axis_labels, style
 from .resultsets import ResultSet, load_result_set
 
 SCALING_PNG = "scaling.png"
@@ -134,9 +134,8 @@ def write_scaling_plot(run: str | Path | ResultSet) -> list[Path]:
                 legends[contender is None].setdefault(label, handle)
             ax.set_xscale("log")
             ax.set_yscale("log")
-            for axis in (ax.xaxis, ax.yaxis):
-                axis.set_minor_formatter(NullFormatter())
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            log_axis_labels(ax.yaxis)
             if contender is None:  # the model sizes as ticks, written out
                 ax.set_xticks(sorted(rows.trained_values.unique()))
                 ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
