@@ -578,7 +578,9 @@ def test_an_interrupted_ab_says_so_in_its_heading_and_names_the_cells_not_run(
         for b in (15, 64)[(15, 64).index(stopped_at) :]
         for c in ("ort-full", "ort-fwbw")
     ]
-    assert "interrupted: finished cells are kept in" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "interrupted: finished cells are kept in" in printed.err
+    assert printed.out.strip() == report.strip()  # printed, as a finished run's
 
 
 def test_workers_run_one_blas_thread_and_one_hash_seed_unless_told(tmp_path, monkeypatch):

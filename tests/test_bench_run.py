@@ -177,8 +177,10 @@ def test_an_interrupted_run_keeps_its_finished_rows(tmp_path, monkeypatch, capsy
     options += " --batch-sizes 8 32 --devices cpu --epochs 1 --repeat 2"
     status = main(["bench", *options.split(), "--out", str(tmp_path)])
     assert status == 130
-    assert "interrupted" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "interrupted" in printed.err
     (folder,) = tmp_path.iterdir()
+    assert printed.out.strip() == (folder / "summary.md").read_text().strip()
     results = pd.read_csv(folder / RESULTS_CSV)
     assert list(results.contender) == ["ort-fwbw", "sklearn-mlp-sgd"]
     assert results.status.map(timed).all()

@@ -256,7 +256,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         mark_interrupted(folder)  # ab.md says so, and lists the cells not run
         comparison = ab_comparison(folder, labels, *thresholds)
-        (folder / AB_MD).write_text(ab_markdown(comparison), encoding="utf-8")
+        text = ab_markdown(comparison)
+        (folder / AB_MD).write_text(text, encoding="utf-8")
+        print(text)  # as a finished run's, its heading saying it was interrupted
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
     notes = []

@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         mark_interrupted(folder)
         if (folder / RESULTS_CSV).exists():
-            write_reports(folder)
+            print(write_reports(folder))  # as a finished run's, its title saying interrupted
         print(f"\nortbench: interrupted: finished cells are kept in {folder}", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(write_reports(folder))
