@@ -116,6 +116,18 @@ def test_an_option_ab_cannot_honour_is_one_line(tmp_path, capsys, option):
     assert not any(tmp_path.iterdir())
 
 
+def test_an_unusable_out_is_refused_before_the_checkouts(tmp_path, capsys, monkeypatch):
+    """--out naming a file was refused after both refs' trees were exported into the
+    cache."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.chdir(ROOT)
+    argv = ["ab", "HEAD", "HEAD", *QUICK, "--out", str(afile)]
+    assert main([*argv, "--cache", str(tmp_path / "cache")]) == 2
+    assert f"cannot use --out {afile}: it is a file" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()
+
+
 def test_ab_help_leaves_out_the_options_it_refuses(capsys):
     assert main(["ab", "--help"]) == 0
     ab_help = capsys.readouterr().out

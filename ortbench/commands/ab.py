@@ -40,7 +40,13 @@ from ..bench.instructions import (
     run_count_group,
 )
 from ..bench.matrix import BenchConfig, Cell, cells, run_id_now
-from ..bench.store import KEYS, ResultsWriter, create_run_folder, mark_interrupted
+from ..bench.store import (
+    KEYS,
+    ResultsWriter,
+    create_run_folder,
+    mark_interrupted,
+    usable_folder,
+)
 from ..bench.user_model import UserFiles
 from ..errors import OrtBenchError
 from ..progress import Progress
@@ -202,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name):
             raise OrtBenchError(f"--{name.replace('_', '-')} is for bench only: {reason}")
     config = ab_config(args)
+    usable_folder(args.out)  # before the checkouts, which take a while
     todo = shard_todo(args, config)
     run_cells = len(cells(config)) if todo is None else len(todo)
     measuring = (counted if args.measure == "instructions" else timed)(args, config, run_cells)
