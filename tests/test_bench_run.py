@@ -139,6 +139,17 @@ def test_results_from_before_the_learning_rate_column_still_read(run_folder, tmp
 
 
 @pytest.mark.training_build
+def test_rows_from_several_machines_are_said(run_folder, tmp_path):
+    """Shards merged from two machines: the machine line was the first row's alone."""
+    rows = pd.read_csv(run_folder / RESULTS_CSV)
+    assert write_summary(run_folder).count("Several machines") == 0
+    rows.loc[rows.index[-1], "cpu_model"] = "Another CPU"
+    rows.to_csv(tmp_path / RESULTS_CSV, index=False)
+    (line,) = [x for x in write_summary(tmp_path).splitlines() if "Several machines" in x]
+    assert "ran on 2 (" in line and "Another CPU" in line and rows.cpu_model.iloc[0] in line
+
+
+@pytest.mark.training_build
 def test_summary_and_plots(run_folder):
     text = write_summary(run_folder)
     assert (run_folder / "summary.md").read_text() == text

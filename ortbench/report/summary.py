@@ -93,6 +93,21 @@ def format_speedup(ratio: float) -> str:
     return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
 
 
+def _machines_line(results: pd.DataFrame) -> list[str]:
+    """A line when the rows come from several machines (shards merged from several): the
+    machine line above is the first row's."""
+    columns = [c for c in ("cpu_model", "cpu_cores", "platform") if c in results]
+    machines = results[columns].astype(str).drop_duplicates()
+    if len(machines) < 2:
+        return []
+    names = "; ".join(", ".join(row) for row in machines.itertuples(index=False))
+    return [
+        f"**Several machines**: these rows ran on {len(machines)} ({names}); the line "
+        f"above is the first's, and times compare within one machine only (results.csv's "
+        f"cpu_model column says which)."
+    ]
+
+
 def _title(problem: str, dataset: str, device: str, rows: pd.DataFrame) -> str:
     """The section's problem, with its size and SGD learning rate where the rows have
     them, its data set and device."""
@@ -338,7 +353,7 @@ def bench_summary(
         f"{first.onnxruntime_version}, scikit-learn {first.sklearn_version}, numpy "
         f"{first.numpy_version}, torch {first.torch_version}."
     )
-    machine = "\n\n".join([machine, *kernel_lines(results)])
+    machine = "\n\n".join([machine, *_machines_line(results), *kernel_lines(results)])
     return BenchSummary(
         title=f"ortbench bench: run {first.run_id}{' (interrupted)' if interrupted else ''}",
         lead=_stopped(interrupted, cut + len(unreached), plan)
