@@ -218,7 +218,9 @@ def test_ortbench_run_folders(tmp_path, capsys):
     assert main(["compare", str(base), str(slow)]) == 1
     out = capsys.readouterr().out
     assert "| **regressed** | `seconds_per_step` | contender=ort-full, problem=mlp" in out
-    assert "| **failed** (errored in HEAD) | `runs_per_step` | contender=ort-fwbw" in out
+    # with the reason the row gives (it said "errored in HEAD" alone)
+    failed = "| **failed** (errored in HEAD: OrtBenchError: diverged) | `runs_per_step` |"
+    assert f"{failed} contender=ort-fwbw" in out
     assert "BASE: run base" in out and "HEAD: run slow" in out
 
 
@@ -304,7 +306,9 @@ def test_a_cell_interrupted_on_one_side_is_missing_and_failures_stay_failures(tm
         "missing (not run: interrupted in BASE)"
     )
     for benchmark in ("seconds_per_step", "runs_per_step"):  # a real failure, as before
-        assert report_lines(out, 15)[(benchmark, "ort-fwbw")] == "**failed** (errored in HEAD)"
+        assert report_lines(out, 15)[(benchmark, "ort-fwbw")] == (
+            "**failed** (errored in HEAD: diverged)"
+        )
 
 
 #: The cells of a run of two contenders at three batch sizes.

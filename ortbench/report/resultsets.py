@@ -63,6 +63,8 @@ class Measurement:
     interrupted: bool = False
     #: timed, but its slopes spread too far to give a time per step (``value`` is NaN)
     unstable: bool = False
+    #: why it errored, from its row's status (``failed: <reason>``), where known
+    error: str = ""
 
     @property
     def failed(self) -> bool:
@@ -218,6 +220,7 @@ def _bench_folder(folder: Path) -> ResultSet:
                 samples,
                 interrupted=status == INTERRUPTED,
                 unstable=status.startswith(UNSTABLE),
+                error=status.removeprefix("failed: ") if status.startswith("failed") else "",
             )
     measurements |= _not_reached(folder, records, bad)
     run = records[0].get("run_id", folder.name) if records else folder.name

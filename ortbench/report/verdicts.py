@@ -137,7 +137,7 @@ def judge(
 ) -> tuple[str, float | None, str]:
     """Verdict, ratio (after / before) and a note for one pair measured on both sides."""
     if after.failed:
-        return FAILED, None, f"errored in {'both' if before.failed else 'HEAD'}"
+        return FAILED, None, f"errored in {'both' if before.failed else 'HEAD'}{_why(after)}"
     if before.interrupted or after.interrupted:
         return MISSING, None, _interrupted(before, after)
     if before.unstable or after.unstable:
@@ -170,6 +170,13 @@ def judge(
     return UNCHANGED, ratio, ""
 
 
+def _why(m: Measurement) -> str:
+    """The reason of an error, as the note goes on (its first 120 characters)."""
+    if not m.error:
+        return ""
+    return f": {m.error[:120]}{'...' if len(m.error) > 120 else ''}"
+
+
 def _interrupted(before: Measurement, after: Measurement) -> str:
     """The note of a pair that a side's interrupted run never measured."""
     if before.interrupted and after.interrupted:
@@ -185,7 +192,7 @@ def judge_one_side(before: Measurement | None, after: Measurement | None) -> tup
             return MISSING, None, f"{how} in BASE, absent from HEAD"
         return FAILED, None, "absent from HEAD"
     if after.failed:
-        return FAILED, None, "errored in HEAD, absent from BASE"
+        return FAILED, None, f"errored in HEAD, absent from BASE{_why(after)}"
     if after.interrupted:
         return MISSING, None, "not run: interrupted in HEAD, absent from BASE"
     return MISSING, None, "only in HEAD"
