@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -385,9 +386,15 @@ def test_a_run_folder_compared_with_itself_says_so(tmp_path, capsys, monkeypatch
     assert main(["compare", str(run), "run/", "--html", "page.html"]) == 0
     assert f"HEAD: run run\n\n{SAME_RUN}\n" in capsys.readouterr().out
     assert f"<p>{SAME_RUN}</p>" in (tmp_path / "page.html").read_text(encoding="utf-8")
+    assert "Indicative: BASE and HEAD are separate runs" not in capsys.readouterr().out
     assert main(["compare", str(run), str(other), "--html", "page.html"]) == 0
-    assert "same run folder" not in capsys.readouterr().out
-    assert "same run folder" not in (tmp_path / "page.html").read_text(encoding="utf-8")
+    out = capsys.readouterr().out
+    assert SAME_RUN not in out and "Indicative: BASE and HEAD are separate runs" in out
+    assert SAME_RUN not in (tmp_path / "page.html").read_text(encoding="utf-8")
+    # a copy of the folder holds the same run
+    shutil.copytree(run, tmp_path / "copy")
+    assert main(["compare", str(run), str(tmp_path / "copy")]) == 0
+    assert SAME_RUN in capsys.readouterr().out
 
 
 def ab_run(folder: Path) -> Path:

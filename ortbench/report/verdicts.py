@@ -46,7 +46,13 @@ IMPROVED = "improved"
 MISSING = "missing"
 UNCHANGED = "unchanged"
 #: The line of a report whose BASE and HEAD are one run folder.
-SAME_RUN = "BASE and HEAD are the same run folder: the run is compared with itself."
+SAME_RUN = "BASE and HEAD are the same run (one run id): the run is compared with itself."
+#: What a comparison of two runs can tell, said under its tally.
+INDICATIVE = (
+    "Indicative: BASE and HEAD are separate runs, each one process with its own model "
+    "builds, so their samples show less of the run-to-run spread than two runs have. "
+    "Gate a merge on `ortbench ab`, which times both sides side by side."
+)
 #: Report order: what needs attention first.
 ORDER = (FAILED, REGRESSED, DRIFT, WARNING, NOT_SIGNIFICANT, IMPROVED, MISSING, UNCHANGED)
 
@@ -242,7 +248,9 @@ def compare(
     # counters are exact: their verdicts come first, then the timings'
     verdicts.sort(key=lambda v: (not (v.before or v.after).counter, ORDER.index(v.verdict)))
     bad_rows = base.bad_rows + head.bad_rows
-    same = _same_folder(base.folder, head.folder)
+    same = _same_folder(base.folder, head.folder) or (
+        base.folder is not None and head.folder is not None and base.label == head.label
+    )
     return Comparison(base.label, head.label, threshold, warn, verdicts, drift, bad_rows, same)
 
 
@@ -259,7 +267,8 @@ def _may_be_bad(
 
 
 def _same_folder(base: Path | None, head: Path | None) -> bool:
-    """Whether BASE and HEAD were read from one run folder."""
+    """Whether BASE and HEAD were read from one run folder (a copy of it has its run id:
+    its label)."""
     return base is not None and head is not None and os.path.samefile(base, head)
 
 
@@ -315,10 +324,7 @@ def comparison_markdown(comparison: Comparison) -> str:
         "",
         f"{tally or 'nothing compared'}.",
         "",
-        "Indicative: BASE and HEAD are separate runs, each one process with its own model "
-        "builds, so their samples show less of the run-to-run spread than two runs have. "
-        "Gate a merge on `ortbench ab`, which times both sides side by side.",
-        "",
+        *([] if comparison.same_run else [INDICATIVE, ""]),
         f"A change counts when it is statistically significant (p < {P_THRESHOLD}: "
         "Mann-Whitney U where that p-value is reachable at the sample counts, else Welch's "
         "t-test on the logarithms of the samples, else non-overlapping 99% confidence "
