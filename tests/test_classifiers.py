@@ -146,9 +146,15 @@ def test_binary_logistic_regression_reports_its_log_loss(trainer, backend, binar
 
 def _pipelines():
     from sklearn.decomposition import PCA
+    from sklearn.impute import SimpleImputer
     from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import Normalizer
 
     return {
+        # ai.onnx.ml nodes shape inference does not read through (no rewrite): the width
+        # of the scores comes from a run on a row
+        "normalizer + binary MLP": (make_pipeline(Normalizer(), MLPClassifier((8,))), 2),
+        "imputer + binary MLP": (make_pipeline(SimpleImputer(), MLPClassifier((8,))), 2),
         "scaler + binary MLP": (make_pipeline(StandardScaler(), MLPClassifier((8,))), 2),
         "scaler + multiclass MLP": (make_pipeline(StandardScaler(), MLPClassifier((8,))), 10),
         "scaler + logistic": (make_pipeline(StandardScaler(), LogisticRegression()), 10),
@@ -160,19 +166,20 @@ def _pipelines():
 @pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer], ids=lambda t: t.__name__)
 @pytest.mark.parametrize("name", list(_pipelines()))
 def test_a_pipeline_s_preprocessing_is_read_through(name, trainer, backend):
-    """A StandardScaler (an ai.onnx.ml Scaler, which shape inference does not read
-    through) or a PCA before the classifier: the fit reports scikit-learn's log loss of
-    the pipeline and predicts its probabilities (before, the binary MLP trained a loss of
-    three times its value on the training build and failed on the portable backend, and
-    the PCA was refused)."""
+    """A StandardScaler, Normalizer or SimpleImputer (ai.onnx.ml nodes, which shape
+    inference does not read through) or a PCA before the classifier: the fit reports
+    scikit-learn's log loss of the pipeline and predicts its probabilities (before, a binary
+    MLP behind one trained a loss of three times its value on the training build and
+    failed on the portable backend, and the PCA was refused)."""
     pipeline, n_classes = _pipelines()[name]
     X, y = load_digits(return_X_y=True)
-    X, y = X[:300].astype(np.float32), y[:300] % n_classes
+    X, y = (X[:300] / 16).astype(np.float32), y[:300] % n_classes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         pipeline.set_params(**{f"{pipeline.steps[-1][0]}__max_iter": 5}).fit(X, y)
     onx = to_onnx(pipeline, X[:1], options={"zipmap": False}, target_opset=17)
-    assert "Scaler" in {n.op_type for n in onx.graph.node} or "PCA" in name
+    ml = {"Scaler", "Normalizer", "Imputer"}
+    assert ml & {n.op_type for n in onx.graph.node} or "PCA" in name
     rate = LearningRateSGD(1e-9)  # one step over all the rows, weights almost unchanged
     model = trainer(onx, learning_rate=rate, batch_size=len(X), max_iter=1, backend=backend)
     model.fit(X, y)
@@ -244,3 +251,41 @@ def test_a_linear_classifier_of_class_names_trains_as_of_their_index(trainer, da
     named, numbered = models["U"], models["i"]
     np.testing.assert_allclose(named.train_losses_, numbered.train_losses_, rtol=1e-6)
     np.testing.assert_array_equal(named.predict(X_test), names[numbered.predict(X_test)])
+
+
+@pytest.mark.parametrize("backend", ["ort-training", "portable"])
+@pytest.mark.parametrize("trainer", [FullTrainer, ForwardBackwardTrainer], ids=lambda t: t.__name__)
+def test_a_width_shape_inference_cannot_tell_is_read_from_a_run(trainer, backend):
+    """One Sigmoid column whose width shape inference loses (a Reshape to a shape computed
+    through Ceil): the labels took the two classes' width and broadcast against it in the
+    loss, silently; a run of the model on a row gives the width."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = np.array([-1.0, 0.5], np.float32)  # Ceil: [-1, 1]
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 4)).astype(np.float32)
+    y = (X[:, 0] + 0.3 * rng.standard_normal(40) > 0).astype(np.int64)
+    W = (rng.standard_normal((4, 1)) * 0.5).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["X", "W"], ["z"]),
+            helper.make_node("Constant", [], ["shape_f"], value=numpy_helper.from_array(shape)),
+            helper.make_node("Ceil", ["shape_f"], ["shape_c"]),
+            helper.make_node("Cast", ["shape_c"], ["shape"], to=TensorProto.INT64),
+            helper.make_node("Reshape", ["z", "shape"], ["s"]),
+            helper.make_node("Sigmoid", ["s"], ["Y"]),
+        ],
+        "lost_width",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(W, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    from ortbench.training.graphs.outputs import static_width
+
+    assert static_width(model, "s") is None  # what the test is about
+    params = dict(learning_rate=LearningRateSGD(1e-9), batch_size=40, max_iter=1, shuffle=False)
+    name = "loss" if trainer is FullTrainer else "learning_loss"
+    fitted = trainer(model, backend=backend, **params, **{name: NegLogLearningLoss()}).fit(X, y)
+    expected = log_loss(y, expit(X @ W).ravel())
+    assert fitted.train_losses_[0] == pytest.approx(expected, rel=1e-5)

@@ -483,3 +483,46 @@ def test_auto_pad_becomes_the_pads_it_stands_for(op, attributes):
         return session.run(None, {"X": x})[0]
 
     np.testing.assert_allclose(run(loaded), run(model), rtol=1e-6)
+
+
+PREPROCESSING = [
+    ("Scaler", {"offset": [0.5, -1.0, 0.0, 2.0], "scale": [2.0, 0.5, 1.0, 3.0]}),
+    ("Scaler", {"offset": [0.25], "scale": [4.0]}),
+    ("Normalizer", {"norm": "L2"}),
+    ("Normalizer", {"norm": "L1"}),
+    ("Normalizer", {"norm": "MAX"}),
+    ("Imputer", {"imputed_value_floats": [1.0, 2.0, 3.0, 4.0], "replaced_value_float": np.nan}),
+    ("Imputer", {"imputed_value_floats": [9.0], "replaced_value_float": 0.5}),
+]
+
+
+@pytest.mark.parametrize("opset", [12, 17, 18])
+@pytest.mark.parametrize(("op_type", "attributes"), PREPROCESSING)
+def test_preprocessing_nodes_rewritten_compute_what_onnxruntime_does(op_type, attributes, opset):
+    """skl2onnx's Scaler, Normalizer and Imputer (ai.onnx.ml) in standard operators, which
+    shape inference reads through: the same values as onnxruntime's own kernels."""
+    graph = helper.make_graph(
+        [helper.make_node(op_type, ["X"], ["Y"], domain="ai.onnx.ml", **attributes)],
+        "preprocessing",
+        [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("ai.onnx.ml", 3)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    X = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    X[1, 2], X[3, 0] = np.nan, 0.5  # what an Imputer replaces
+    if op_type == "Normalizer":
+        X = np.nan_to_num(X)
+    rewritten = rewrite_linear_nodes(model)
+    assert {n.domain for n in rewritten.graph.node} == {""}
+    shapes = onnx.shape_inference.infer_shapes(rewritten).graph.output[0].type.tensor_type
+    assert [d.dim_value for d in shapes.shape.dim] == [0, 4]  # the rows free, 4 columns
+
+    def run(m):
+        session = onnxruntime.InferenceSession(
+            m.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        return session.run(None, {"X": X})[0]
+
+    np.testing.assert_allclose(run(rewritten), run(model), rtol=1e-6, equal_nan=True)

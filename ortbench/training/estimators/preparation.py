@@ -31,6 +31,7 @@ from ..graphs.weights import (
     set_initializers,
 )
 from ..losses import BaseLearningLoss, NegLogLearningLoss, SquareLearningLoss
+from ..runtime.sessions import run_once
 from ..steps.batches import as_float_matrix, check_sample_weight
 
 
@@ -49,6 +50,7 @@ class ModelPreparation:
         self.output_name_ = training_output(model, losses)
         self._proba_name = None
         self._label_columns = None
+        self._probed_width = None
         loss = self._learning_loss()
         predictions = [o.name for o in model.graph.output if o.name not in losses]
         predicting = select_outputs(model, predictions) if losses else model
@@ -134,8 +136,22 @@ class ModelPreparation:
 
     def _n_columns(self) -> int | None:
         """The columns of the trained output, declared or inferred (a classifier's
-        probabilities behind a ZipMap have no declared shape), or None when unknown."""
-        return static_width(self._train_model, self.output_name_)
+        probabilities behind a ZipMap have no declared shape), else those a run of the
+        model on a row gave (:meth:`_probe_width`), or None when unknown."""
+        probed = getattr(self, "_probed_width", None)  # None in a pickle from before it
+        return static_width(self._train_model, self.output_name_) or probed
+
+    def _probe_width(self, X: np.ndarray) -> None:
+        """Where shape inference cannot tell the trained output's columns (a node it does
+        not read through), run the model once on X's first row: the labels must have its
+        width, never one broadcast against it in the loss."""
+        if self._n_columns() is not None:
+            return
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(self._input.type.tensor_type.elem_type)
+        model = select_outputs(self._train_model, [self.output_name_])
+        outputs = run_once(model, {self._input.name: X[:1].astype(dtype)})
+        if outputs is not None and outputs[0].ndim == 2:
+            self._probed_width = int(outputs[0].shape[1])
 
     def _check_feature_names(self, X, reset: bool) -> None:
         """scikit-learn's rule for a DataFrame's column names: a fit keeps them as
@@ -177,6 +193,7 @@ class ModelPreparation:
         y = np.asarray(y)
         if len(y) != len(X):
             raise OrtBenchError(f"X has {len(X)} rows but y has {len(y)}")
+        self._probe_width(X)
         Y = self._check_labels(y, fitted_classes)
         w = None if sample_weight is None else check_sample_weight(sample_weight, len(X))
         return X, Y, w

@@ -56,27 +56,32 @@ def subgraph_reads(node: onnx.NodeProto) -> set[str]:
 
 
 #: The ai.onnx.ml operators :func:`rewrite_linear_nodes` writes in standard operators.
-REWRITTEN_ML = ("LinearRegressor", "LinearClassifier", "Scaler")
+REWRITTEN_ML = ("LinearRegressor", "LinearClassifier", "Scaler", "Normalizer", "Imputer")
+#: Those of them that preprocess the features, before any weight.
+_PREPROCESSING = ("Scaler", "Normalizer", "Imputer")
 
 
 def rewrite_linear_nodes(onx) -> onnx.ModelProto:
-    """Load a model and rewrite its ai.onnx.ml LinearRegressor, LinearClassifier and
-    Scaler nodes in standard operators.
+    """Load a model and rewrite its ai.onnx.ml LinearRegressor, LinearClassifier, Scaler,
+    Normalizer and Imputer nodes in standard operators.
 
     skl2onnx stores a linear model's weights as node attributes, which leaves nothing to
     train; the rewritten graph has the same outputs from MatMul + Add over initializers
     ``<node>_coef`` and ``<node>_intercept``. A Scaler (a StandardScaler, RobustScaler or
-    MaxAbsScaler before the model) becomes ``(X - offset) * scale`` over constants, which
-    shape inference reads through (it does not through the Scaler) and which no step
-    trains. Accepts what :func:`load_model` accepts.
+    MaxAbsScaler before the model), Normalizer or Imputer (SimpleImputer) becomes the
+    same function over constants, which shape inference reads through (it does not
+    through those nodes) and which no step trains. Accepts what :func:`load_model`
+    accepts.
     """
     model = load_model(onx)
     if not any(n.op_type in REWRITTEN_ML for n in model.graph.node):
         return model
     graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     nodes = []
     for k, node in enumerate(graph.node):
-        nodes.extend(_scaler(node, k, graph) if node.op_type == "Scaler" else [node])
+        preprocessing = node.op_type in _PREPROCESSING and node.domain == "ai.onnx.ml"
+        nodes.extend(_preprocessing(node, k, graph, opset) if preprocessing else [node])
     del graph.node[:]
     graph.node.extend(nodes)
     nodes = []
@@ -118,25 +123,52 @@ def _linear_weights(node, k, graph, n_rows, rows=slice(None)):
     return attrs, base, names
 
 
-def _scaler(node, k, graph):
-    """A Scaler as onnxruntime computes it: float ``(X - offset) * scale``, each attribute
-    one value for every column or one per column."""
+def _preprocessing(node, k, graph, opset: int) -> list[onnx.NodeProto]:
+    """A Scaler, Normalizer or Imputer in standard operators, as onnxruntime computes it,
+    over float X (cast first where the graph does not declare it float); constants as
+    Constant nodes, which no step trains."""
     attrs = node_attributes(node)
-    base = node.name or f"scaler{k}"
+    base = f"{node.name or node.op_type.lower()}_{k}"
     declared = {v.name: v.type.tensor_type.elem_type for v in graph.input}
-    x = node.input[0]
+    x, out = node.input[0], node.output[0]
     nodes = []
-    if declared.get(x) != TensorProto.FLOAT:
-        nodes.append(helper.make_node("Cast", [x], [f"{base}_float"], to=TensorProto.FLOAT))
-        x = f"{base}_float"
-    for name in ("offset", "scale"):
-        value = np.asarray(attrs.get(name, [0.0 if name == "offset" else 1.0]), np.float32)
-        tensor = numpy_helper.from_array(value, f"{base}_{name}")
+
+    def op(op_type, *inputs, **attributes):
+        name = f"{base}_{len(nodes)}"
+        nodes.append(helper.make_node(op_type, list(inputs), [name], **attributes))
+        return name
+
+    def const(value, dtype=np.float32):
+        tensor = numpy_helper.from_array(np.asarray(value, dtype), f"{base}_c{len(nodes)}")
         nodes.append(helper.make_node("Constant", [], [tensor.name], value=tensor))
-    nodes += [
-        helper.make_node("Sub", [x, f"{base}_offset"], [f"{base}_centred"]),
-        helper.make_node("Mul", [f"{base}_centred", f"{base}_scale"], [node.output[0]]),
-    ]
+        return tensor.name
+
+    def row_reduce(op_type, value):  # over axis 1, kept; axes an input from these opsets
+        if opset >= {"ReduceSum": 13, "ReduceMax": 18}[op_type]:
+            return op(op_type, value, const([1], np.int64), keepdims=1)
+        return op(op_type, value, axes=[1], keepdims=1)
+
+    if declared.get(x) != TensorProto.FLOAT:
+        x = op("Cast", x, to=TensorProto.FLOAT)
+    if node.op_type == "Scaler":  # (X - offset) * scale, per column or for all
+        centred = op("Sub", x, const(attrs.get("offset", [0.0])))
+        op("Mul", centred, const(attrs.get("scale", [1.0])))
+    elif node.op_type == "Normalizer":  # each row over its norm (a zero row stays zero)
+        norm = attrs.get("norm", b"MAX")
+        norm = norm.decode() if isinstance(norm, bytes) else norm
+        if norm == "L2":
+            size = op("Sqrt", row_reduce("ReduceSum", op("Mul", x, x)))
+        elif norm == "L1":
+            size = row_reduce("ReduceSum", op("Abs", x))
+        else:  # MAX: the row's largest value, signed, as onnxruntime's kernel takes it
+            size = row_reduce("ReduceMax", x)
+        zero = op("Equal", size, const(0.0))
+        op("Div", x, op("Where", zero, const(1.0), size))
+    else:  # Imputer: the replaced value (NaN by default) becomes the imputed one
+        replaced = float(attrs.get("replaced_value_float", np.nan))
+        missing = op("IsNaN", x) if np.isnan(replaced) else op("Equal", x, const(replaced))
+        op("Where", missing, const(attrs.get("imputed_value_floats", [0.0])), x)
+    nodes[-1].output[0] = out  # the last node writes the node's output
     return nodes
 
 

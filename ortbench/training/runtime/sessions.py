@@ -181,3 +181,15 @@ def first_line(error: Exception) -> str:
     for marker in ("was false. ", "] : "):
         text = text.split(marker)[-1]
     return text[:300]
+
+
+def run_once(model: onnx.ModelProto, feeds: dict) -> list | None:
+    """The outputs of ``model`` on ``feeds``, on the CPU, or None where onnxruntime cannot
+    run it: a probe a fit pays once (a width shape inference cannot tell), never a step."""
+    try:
+        session = onnxruntime.InferenceSession(
+            model.SerializeToString(), session_options(1), providers=["CPUExecutionProvider"]
+        )
+        return session.run(None, feeds)
+    except Exception:  # onnxruntime raises its own types; the caller keeps its fallback
+        return None
