@@ -129,13 +129,8 @@ def test_bench_trains_a_hand_built_model(files, tmp_path, data):
     assert (results.problem == "model.onnx").all()
     assert (results.trained_values == W1.size + B1.size + W2.size + B2.size).all()
     ok = trained(results)
-    # torch runs the graph itself: any network, not only the MLPs scikit-learn expresses
-    assert list(ok.contender) == [*ENGINE, *(["torch-sgd"] if TORCH else [])]
-    assert (
-        results.set_index("contender")
-        .status["sklearn-mlp-sgd"]
-        .startswith("unavailable: the model is not an MLP scikit-learn can express")
-    )
+    # torch runs the graph itself, scikit-learn its Gemm layers (a tanh MLP)
+    assert list(ok.contender) == [*ENGINE, "sklearn-mlp-sgd", *(["torch-sgd"] if TORCH else [])]
     # the starting loss is the hand-built network's, on the training rows the split kept
     # (weighted when the data has weights): the same for every engine contender
     X, y = np.load(files / "X.npy"), np.load(files / "y.npy")
@@ -145,11 +140,13 @@ def test_bench_trains_a_hand_built_model(files, tmp_path, data):
     assert np.allclose(ok.initial_loss, ok.initial_loss.iloc[0], rtol=1e-5)
     assert ok.initial_loss.iloc[0] == pytest.approx(full, rel=0.3)
     assert (ok.final_train_loss < ok.initial_loss).all()
-    # scikit-learn did not run: speed-ups are over the first engine contender (when its
-    # one timing round was a measurement)
-    if results.set_index("contender").status["ort-full"] == "ok":
+    # one trajectory of plain SGD: the engine's, scikit-learn's and torch's
+    sgd = ok[~ok.contender.str.contains("nesterov")].final_train_loss
+    np.testing.assert_allclose(sgd, sgd.iloc[0], rtol=1e-5)
+    # scikit-learn ran: speed-ups are over it (when its one timing round was a measurement)
+    if results.set_index("contender").status["sklearn-mlp-sgd"] == "ok":
         assert "| 16 | ort-full | " in summary_of(tmp_path)
-        assert "speed-up vs ort-full" in summary_of(tmp_path)
+        assert "speed-up vs sklearn-mlp-sgd" in summary_of(tmp_path)
 
 
 @pytest.mark.training_build
@@ -407,7 +404,20 @@ def test_the_layers_of_a_converted_classifier(n_classes):
     assert activation == "logistic" and out == mlp.out_activation_
     for found, expected in zip([*coefs, *intercepts], [*mlp.coefs_, *mlp.intercepts_]):
         np.testing.assert_allclose(found, expected, rtol=1e-6)
-    assert mlp_layers(tanh_network()) is None  # Gemm layers: not scikit-learn's graph
+    # Gemm layers, as torch's Linear exports them (transB=1 there, 0 here)
+    coefs, intercepts, activation, out = mlp_layers(tanh_network())
+    assert activation == "tanh" and out == "identity"
+    for found, expected in zip([*coefs, *intercepts], [W1, W2, B1, B2.ravel()]):
+        np.testing.assert_array_equal(found, expected)
+    transposed = tanh_network()  # torch's form: the weights stored (out, in), transB=1
+    for node in transposed.graph.node:
+        if node.op_type == "Gemm":
+            node.attribute.append(helper.make_attribute("transB", 1))
+    for init in transposed.graph.initializer:
+        if init.name in ("W1", "W2"):
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).T.copy(), init.name))
+    for found, expected in zip(mlp_layers(transposed)[0], [W1, W2]):
+        np.testing.assert_array_equal(found, expected)
 
 
 def test_model_size_axis():

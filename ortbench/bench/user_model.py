@@ -427,10 +427,11 @@ def _check_forward(model, input_name, X, y, loss, files: UserFiles) -> None:
 def mlp_layers(model: onnx.ModelProto) -> tuple[list, list, str, str] | None:
     """The layers of a graph that is an MLP, or None.
 
-    Follows the trained output back to the input through Add(MatMul(x, W), b) layers
-    with one hidden activation (Relu, Tanh or Sigmoid, or none), an optional Sigmoid
-    or Softmax on the output and skl2onnx's binary ``[1 - p, p]`` columns. Every
-    trainable weight must be one of the layers'.
+    Follows the trained output back to the input through Add(MatMul(x, W), b) layers, or
+    Gemm(x, W, b) ones as torch's Linear exports (``transB``, alpha and beta 1), with one
+    hidden activation (Relu, Tanh or Sigmoid, or none), an optional Sigmoid or Softmax on
+    the output and skl2onnx's binary ``[1 - p, p]`` columns. Every trainable weight must
+    be one of the layers'.
 
     Returns
     -------
@@ -460,18 +461,27 @@ def mlp_layers(model: onnx.ModelProto) -> tuple[list, list, str, str] | None:
         name, node = back(node.input[0])
     coefs, intercepts, activations, used = [], [], [], set()
     while node is not None:
-        if node.op_type != "Add":
+        if node.op_type == "Gemm":
+            layer = _gemm_layer(node, values)
+            if layer is None:
+                return None
+            coefs.append(layer[0])
+            intercepts.append(layer[1])
+            used |= set(node.input[1:])
+            name, node = back(node.input[0])
+        elif node.op_type == "Add":
+            bias = [i for i in node.input if i in values]
+            if len(bias) != 1:
+                return None
+            name, matmul = back(node.input[1 - list(node.input).index(bias[0])])
+            if matmul is None or matmul.op_type != "MatMul" or matmul.input[1] not in values:
+                return None
+            coefs.append(values[matmul.input[1]])
+            intercepts.append(values[bias[0]].ravel())
+            used |= {matmul.input[1], bias[0]}
+            name, node = back(matmul.input[0])
+        else:
             return None
-        bias = [i for i in node.input if i in values]
-        if len(bias) != 1:
-            return None
-        name, matmul = back(node.input[1 - list(node.input).index(bias[0])])
-        if matmul is None or matmul.op_type != "MatMul" or matmul.input[1] not in values:
-            return None
-        coefs.append(values[matmul.input[1]])
-        intercepts.append(values[bias[0]].ravel())
-        used |= {matmul.input[1], bias[0]}
-        name, node = back(matmul.input[0])
         if node is not None and node.op_type in _HIDDEN_ACTIVATIONS:
             activations.append(_HIDDEN_ACTIVATIONS[node.op_type])
             name, node = back(node.input[0])
@@ -488,6 +498,18 @@ def mlp_layers(model: onnx.ModelProto) -> tuple[list, list, str, str] | None:
         if k and coefs[k - 1].shape[1] != coef.shape[0]:
             return None
     return coefs, intercepts, activations[0] if activations else "relu", out_activation
+
+
+def _gemm_layer(node: onnx.NodeProto, values: dict) -> tuple | None:
+    """A Gemm's coefficients (in, out) and intercepts (out,), where it is a plain layer:
+    weights and bias initializers, no transposed input, alpha and beta 1."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if len(node.input) != 3 or not all(i in values for i in node.input[1:]):
+        return None
+    if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1 or attrs.get("beta", 1.0) != 1:
+        return None
+    coef = values[node.input[1]]
+    return (coef.T if attrs.get("transB", 0) else coef), values[node.input[2]].ravel()
 
 
 def _reference(model, data, task: str, seed: int) -> MLPRegressor | MLPClassifier | None:

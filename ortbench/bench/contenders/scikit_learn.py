@@ -32,7 +32,10 @@ def inexpressible(problem: Problem, library: str) -> str | None:
     regression, the log loss for classification.
     """
     if problem.reference is None:
-        return f"the model is not an MLP {library} can express (MatMul, Add, activation layers)"
+        return (
+            f"the model is not an MLP {library} can express (MatMul and Add, or Gemm, layers "
+            f"and one activation)"
+        )
     if problem.weights is not None:
         return f"{library} trains every weight of the MLP, not a chosen subset"
     own = "squared_error" if problem.task == "regression" else "log"
