@@ -379,3 +379,43 @@ def test_a_log_softmax_output_under_the_log_loss_says_what_to_do(trainer):
     fitted = trainer(model, **params, **{name: NegLogLearningLoss("softmax")}).fit(X, y)
     nll = -log_softmax(X @ W, axis=1)[np.arange(60), y].mean()
     assert fitted.train_losses_[0] == pytest.approx(nll, rel=1e-5)
+
+
+@pytest.mark.parametrize("backend", [pytest.param("ort-training", marks=TRAINING), "portable"])
+def test_a_kernel_refusing_a_batch_is_one_line_and_the_epoch_undone(trainer, backend, capfd):
+    """An embedding index beyond the table's rows in one row of the data: onnxruntime's
+    raw RuntimeError (with its source file on the training build) and its red log line.
+    Now one line naming the node's complaint, the weights of before the epoch kept."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 20, (64, 2)).astype(np.float32)
+    X[40, 1] = 25  # the table has 20 rows
+    y = rng.standard_normal(64).astype(np.float32)
+    table = rng.standard_normal((20, 4)).astype(np.float32)
+    W = rng.standard_normal((8, 1)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["X"], ["i"], to=onnx.TensorProto.INT64),
+            helper.make_node("Gather", ["T", "i"], ["e"]),
+            helper.make_node("Flatten", ["e"], ["f"], axis=1),
+            helper.make_node("MatMul", ["f", "W"], ["Y"]),
+        ],
+        "embedding",
+        [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [None, 1])],
+        [onnx.numpy_helper.from_array(table, "T"), onnx.numpy_helper.from_array(W, "W")],
+    )
+    model = trainer(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+        backend=backend, max_iter=2, batch_size=16, shuffle=False,
+    )  # fmt: skip
+    with raises_one_line(
+        r"^onnxruntime failed in epoch 1, which is undone: .*indices element out of data bounds"
+    ) as raised:
+        model.fit(X, y)
+    assert "onnxruntime_src" not in str(raised.value)
+    assert model.n_iter_ == 0
+    state = model._weights_by_name()
+    np.testing.assert_array_equal(state["T"], table)  # the batches before the bad row undone
+    np.testing.assert_array_equal(state["W"], W)
+    err = capfd.readouterr().err
+    assert "sequential_executor" not in err and "onnxruntime_src" not in err

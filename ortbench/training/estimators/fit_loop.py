@@ -16,8 +16,9 @@ from sklearn.base import clone
 from ...progress import Progress
 from ..errors import ConvergenceError, OrtBenchError
 from ..learning_rates import BaseLearningRate, LearningRateAdamW, LearningRateSGD
+from ..runtime import capi
 from ..runtime.build import quiet_logs
-from ..runtime.sessions import SessionMaker
+from ..runtime.sessions import SessionMaker, first_line
 from ..steps.batches import BatchLoader, RowOrder
 
 #: The batches, and the epochs over them, that time each thread choice of a build (see
@@ -110,6 +111,11 @@ class FitLoop:
                     self.validation_losses_.append(self._validation_loss(*val))
             except KeyboardInterrupt:
                 self._interrupted(epoch, snapshot, mark)
+            except capi.RUN_ERRORS as e:
+                self._undo_epoch(snapshot, mark)
+                raise OrtBenchError(
+                    f"onnxruntime failed in epoch {epoch}, which is undone: {first_line(e)}"
+                ) from None
             snapshot = state
             if self.verbose:  # at the rate the epoch trained at (mark[3], before the epoch)
                 self._report(epoch, loss, mark[3].value, time.perf_counter() - start)
@@ -128,10 +134,10 @@ class FitLoop:
             rows.order,
         )
 
-    def _interrupted(self, epoch: int, snapshot: dict[str, np.ndarray], mark: tuple) -> None:
-        """Undo the interrupted ``epoch`` (weights, optimizer state, counters, the order of
-        the rows), so that the trainer is as the previous epoch left it and a warm start
-        goes on as if nothing had happened; raise KeyboardInterrupt saying so."""
+    def _undo_epoch(self, snapshot: dict[str, np.ndarray], mark: tuple) -> None:
+        """Put back what an epoch left unfinished changed (weights, optimizer state,
+        counters, the order of the rows): the trainer is as the previous epoch left it,
+        and a warm start goes on as if the epoch had not started."""
         t, n_train, n_val, rate, optimizer_state, rng, order = mark
         self.set_state(snapshot)
         if optimizer_state is not None:
@@ -141,6 +147,12 @@ class FitLoop:
         self._steps.set_learning_rate(rate.value)
         self._shuffles.rng.set_state(rng)
         self._shuffles.order = order
+
+    def _interrupted(self, epoch: int, snapshot: dict[str, np.ndarray], mark: tuple) -> None:
+        """Undo the interrupted ``epoch`` (:meth:`_undo_epoch`) and raise KeyboardInterrupt
+        saying so."""
+        self._undo_epoch(snapshot, mark)
+        rate = mark[3]
         kept = ""
         if isinstance(rate, LearningRateAdamW):
             kept = " (AdamW's moments, inside onnxruntime, keep its steps)"

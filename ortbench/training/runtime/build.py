@@ -146,5 +146,7 @@ def cuda_loads() -> bool:
 
 
 def quiet_logs() -> None:
-    """Silence onnxruntime's informational logging."""
-    onnxruntime.set_default_logger_severity(3)
+    """Silence onnxruntime's logging but for fatal errors: a failing kernel's error line
+    (red, with the runtime's source file) would come before the exception that says the
+    same, which the trainers turn into one line."""
+    onnxruntime.set_default_logger_severity(4)

@@ -72,6 +72,17 @@ def _missing_line(names: list[str]) -> str:
 if missing(CORE_SYMBOLS):
     raise OrtBenchError(_missing_line(missing(CORE_SYMBOLS)))
 
+#: What onnxruntime raises when a run fails (a kernel refusing its inputs...): its own
+#: exception types, and RuntimeError from the training API and the C++ bindings.
+RUN_ERRORS = (
+    RuntimeError,
+    *(
+        getattr(_C, name)
+        for name in ("Fail", "InvalidArgument", "RuntimeException", "NotImplemented", "EPFail")
+        if hasattr(_C, name)
+    ),
+)
+
 InferenceSession = _C.InferenceSession
 OrtDevice = _C.OrtDevice
 OrtValue = _C.OrtValue

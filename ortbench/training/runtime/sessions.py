@@ -50,7 +50,7 @@ def session_options(
     :func:`profiled_sessions`.
     """
     options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # a failure reaches the caller as an exception
     options.add_session_config_entry("session.set_denormal_as_zero", "1")
     if intra_op_threads is not None:
         options.intra_op_num_threads = intra_op_threads
