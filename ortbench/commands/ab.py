@@ -208,10 +208,10 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name):
             raise OrtBenchError(f"--{name.replace('_', '-')} is for bench only: {reason}")
     config = ab_config(args)
-    usable_folder(args.out)  # before the checkouts, which take a while
     todo = shard_todo(args, config)
     run_cells = len(cells(config)) if todo is None else len(todo)
     measuring = (counted if args.measure == "instructions" else timed)(args, config, run_cells)
+    usable_folder(args.out)  # before the checkouts, which take a while
 
     def log(line: str) -> None:
         print(f"ortbench ab: {line}", file=sys.stderr)

@@ -70,6 +70,7 @@ class ModelPreparation:
             self._leave_out_unread_weights(model, trained_from)
         check_weights_reach(model, self.weights_, trained_from)
         self._train_model = select_outputs(model, [self.output_name_])
+        self._static_width = static_width(self._train_model, self.output_name_)
         self.is_classifier_ = loss.is_classification
 
     def _leave_out_unread_weights(self, model: onnx.ModelProto, trained_from: list[str]) -> None:
@@ -138,8 +139,9 @@ class ModelPreparation:
         """The columns of the trained output, declared or inferred (a classifier's
         probabilities behind a ZipMap have no declared shape), else those a run of the
         model on a row gave (:meth:`_probe_width`), or None when unknown."""
-        probed = getattr(self, "_probed_width", None)  # None in a pickle from before it
-        return static_width(self._train_model, self.output_name_) or probed
+        if not hasattr(self, "_static_width"):  # a pickle from before it
+            self._static_width = static_width(self._train_model, self.output_name_)
+        return self._static_width or getattr(self, "_probed_width", None)
 
     def _probe_width(self, X: np.ndarray) -> None:
         """Where shape inference cannot tell the trained output's columns (a node it does
