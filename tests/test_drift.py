@@ -136,8 +136,14 @@ def test_the_correction_alone_makes_no_verdict(tmp_path, capsys):
     assert all(line(report, c).startswith("| drift? |") for c in CELLS)
     factor = re.search(r"the calibration ran (\S+)x as long", report).group(1)
     assert (
-        f"| verdict | benchmark | parameters | BASE | HEAD ÷ {factor} (drift) | ratio |" in report
+        f"| verdict | benchmark | parameters | BASE | HEAD, times ÷ {factor} (drift) | ratio |"
+        in report
     )
+    main(["compare", str(base), str(head), "--html", str(tmp_path / "page.html")])
+    page = (tmp_path / "page.html").read_text(encoding="utf-8")
+    assert f"Machine drift: the calibration ran {factor}x as long" in page  # said there too
+    assert f"HEAD, times ÷ {factor} (drift)" in page
+    capsys.readouterr()
     status, report = compare(tmp_path, head, base, capsys)
     assert status == 0, report
     for contender in CELLS:

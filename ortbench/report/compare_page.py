@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from .html import html_page
+from .markdown import markdown_to_html
 from .resultsets import Measurement
 from .units import format_value
 from .verdicts import (
@@ -73,6 +74,7 @@ def comparison_html(comparison: Comparison) -> str:
     parts = [
         f"<h2>{headline}: {html.escape(tally)}</h2>",
         f"<p>BASE: {html.escape(comparison.base)}<br>HEAD: {html.escape(comparison.head)}</p>",
+        _drift_paragraph(comparison),
         f"<p>{SAME_RUN}</p>" if comparison.same_run else "",
         f"<p>A slowdown counts when it is statistically significant and beyond "
         f"{comparison.threshold:.0%} (beyond {comparison.warn:.0%} it warns), a speed-up "
@@ -88,6 +90,15 @@ def comparison_html(comparison: Comparison) -> str:
         parts.append(f"<details><summary>{len(unchanged)} unchanged</summary>{table}</details>")
     title = f"ortbench compare: {comparison.base} vs {comparison.head}"
     return html_page(title, "\n".join(parts), STYLE)
+
+
+def _drift_paragraph(comparison: Comparison) -> str:
+    """The markdown report's first line, where the machine drifted: how much, and what the
+    verdicts made of it (the page said nothing of it)."""
+    drift = comparison.drift
+    if drift is None or not drift.moved:
+        return ""
+    return markdown_to_html(drift.describe())
 
 
 def _table(verdicts: list[Verdict], head_label: str) -> str:

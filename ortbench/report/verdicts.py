@@ -120,7 +120,7 @@ class Comparison:
         where the machine moved."""
         if self.drift is None or not self.drift.moved:
             return "HEAD"
-        return f"HEAD ÷ {self.drift.factor:.2f} (drift)"
+        return f"HEAD, times ÷ {self.drift.factor:.2f} (drift)"
 
     @property
     def headline(self) -> str:
