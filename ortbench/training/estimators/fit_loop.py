@@ -130,23 +130,22 @@ class FitLoop:
             len(self.validation_losses_),
             copy.copy(self.learning_rate_),
             self._steps.get_optimizer_state(),
-            rows.rng.get_state(),
-            rows.order,
+            getattr(rows, "draws", 0),
         )
 
     def _undo_epoch(self, snapshot: dict[str, np.ndarray], mark: tuple) -> None:
         """Put back what an epoch left unfinished changed (weights, optimizer state,
         counters, the order of the rows): the trainer is as the previous epoch left it,
         and a warm start goes on as if the epoch had not started."""
-        t, n_train, n_val, rate, optimizer_state, rng, order = mark
+        t, n_train, n_val, rate, optimizer_state, draws = mark
         self.set_state(snapshot)
         if optimizer_state is not None:
             self._steps.set_optimizer_state(optimizer_state)
         self.t_, self.learning_rate_ = t, rate
         del self.train_losses_[n_train:], self.validation_losses_[n_val:]
         self._steps.set_learning_rate(rate.value)
-        self._shuffles.rng.set_state(rng)
-        self._shuffles.order = order
+        if getattr(self._shuffles, "draws", 0) > draws:  # the epoch drew its order: redrawn next
+            self._shuffles.undo()
 
     def _interrupted(self, epoch: int, snapshot: dict[str, np.ndarray], mark: tuple) -> None:
         """Undo the interrupted ``epoch`` (:meth:`_undo_epoch`) and raise KeyboardInterrupt

@@ -144,14 +144,33 @@ class RowOrder:
     def __init__(self, random_state=None):
         self.rng = check_random_state(random_state)
         self.order = np.arange(0)
+        #: How many orders were drawn (an epoch's undo compares it to take its draw back).
+        self.draws = 0
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
+        self._replay: np.ndarray | None = None
 
     def next(self, n_samples: int) -> np.ndarray:
         """The next epoch's order of ``n_samples`` rows (a first epoch, or one over data
         of another length, shuffles ``0 .. n_samples - 1``)."""
         if len(self.order) != n_samples:
             self.order = np.arange(n_samples)
-        self.order = self.order[self.rng.permutation(n_samples)]
+        replay = getattr(self, "_replay", None)  # a pickle from before it has none
+        if replay is not None and len(replay) == n_samples:
+            permutation = replay
+        else:
+            permutation = self.rng.permutation(n_samples)
+        self._replay = None
+        self._last = (self.order, permutation)  # references, no copy: order is replaced
+        self.order = self.order[permutation]
+        self.draws = getattr(self, "draws", 0) + 1
         return self.order
+
+    def undo(self) -> None:
+        """Take back the last draw: the order goes back to the one before it, and the
+        next draw gives the same permutation again (the random state is not rewound:
+        keeping the permutation costs nothing per epoch)."""
+        self.order, self._replay = self._last
+        self.draws -= 1
 
 
 class BatchLoader:
