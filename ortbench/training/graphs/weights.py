@@ -110,6 +110,7 @@ def check_weight_names(onx: onnx.ModelProto, weights: list[str] | None) -> list[
             raise OrtBenchError("the model has nothing to train: no float initializer")
         _check_trainable(onx, weights)
         _warn_merged_parameters(onx, weights)
+        _warn_transposed_copies(onx, weights)
         left_out = [n for n in torch_non_parameters(onx) if not _EXPORTER_VALUE.fullmatch(n)]
         if left_out:
             one = len(left_out) == 1
@@ -173,6 +174,38 @@ def _warn_merged_parameters(onx: onnx.ModelProto, weights: list[str]) -> None:
             f"the module, torch's exporter merged them for their equal values and they "
             f"train as one; export with keep_initializers_as_inputs=True (dynamo=False) or "
             f"optimize=False (dynamo=True) to keep them apart",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _warn_transposed_copies(onx: onnx.ModelProto, weights: list[str]) -> None:
+    """Warn when a weight holds another's values transposed: torch's default exporter folds
+    the ``w.t()`` of a parameter read twice (a tied weight) into an initializer of its own,
+    which then trains apart from ``w``, unlike the module's one parameter."""
+    if not exported_by_torch(onx):
+        return
+    chosen = set(weights)
+    matrices = [
+        (i.name, value)
+        for i in onx.graph.initializer
+        if i.name in chosen
+        and (value := numpy_helper.to_array(i)).ndim == 2
+        and not np.all(value == value.flat[0])
+    ]
+    pairs = [
+        (a, b)
+        for k, (a, first) in enumerate(matrices)
+        for b, second in matrices[k + 1 :]
+        if first.shape == second.shape[::-1] and np.array_equal(first, second.T)
+    ]
+    if pairs:
+        which = ", ".join(f"{a!r} and {b!r}" for a, b in pairs[:5])
+        warnings.warn(
+            f"{which} hold the same values transposed: torch's exporter folded the "
+            f"transpose of a weight the module reads twice (a tied weight) into a weight of "
+            f"its own, and they train apart; export with dynamo=False to keep the tie, or "
+            f"leave one out of weights_to_train",
             UserWarning,
             stacklevel=3,
         )
