@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from sklearn.base import clone
@@ -20,6 +21,19 @@ from ..runtime import capi
 from ..runtime.build import quiet_logs
 from ..runtime.sessions import SessionMaker, first_line
 from ..steps.batches import BatchLoader, RowOrder
+
+
+class _EpochMark(NamedTuple):
+    """What an epoch changes besides the weights, as it stood before the epoch: what
+    :meth:`FitLoop._undo_epoch` puts back."""
+
+    t: int  #: samples seen
+    n_train: int  #: training losses recorded
+    n_val: int  #: validation losses recorded
+    rate: BaseLearningRate  #: a copy of the fitted rate
+    optimizer_state: list | None  #: copies of the momentum, None without one
+    draws: int  #: orders of rows drawn (RowOrder.draws)
+
 
 #: The batches, and the epochs over them, that time each thread choice of a build (see
 #: :meth:`FitLoop._keep_faster_build`).
@@ -117,23 +131,21 @@ class FitLoop:
                     f"onnxruntime failed in epoch {epoch}, which is undone: {first_line(e)}"
                 ) from None
             snapshot = state
-            if self.verbose:  # at the rate the epoch trained at (mark[3], before the epoch)
-                self._report(epoch, loss, mark[3].value, time.perf_counter() - start)
+            if self.verbose:  # at the rate the epoch trained at, the one before it
+                self._report(epoch, loss, mark.rate.value, time.perf_counter() - start)
 
-    def _epoch_mark(self) -> tuple:
-        """What an epoch changes besides the weights, as it stands before the epoch: the
-        counters, the rate, the optimizer state, the order of the rows."""
-        rows = self._shuffles
-        return (
+    def _epoch_mark(self) -> _EpochMark:
+        """What an epoch changes besides the weights, as it stands before the epoch."""
+        return _EpochMark(
             self.t_,
             len(self.train_losses_),
             len(self.validation_losses_),
             copy.copy(self.learning_rate_),
             self._steps.get_optimizer_state(),
-            getattr(rows, "draws", 0),
+            getattr(self._shuffles, "draws", 0),
         )
 
-    def _undo_epoch(self, snapshot: dict[str, np.ndarray], mark: tuple) -> None:
+    def _undo_epoch(self, snapshot: dict[str, np.ndarray], mark: _EpochMark) -> None:
         """Put back what an epoch left unfinished changed (weights, optimizer state,
         counters, the order of the rows): the trainer is as the previous epoch left it,
         and a warm start goes on as if the epoch had not started."""
@@ -147,13 +159,12 @@ class FitLoop:
         if getattr(self._shuffles, "draws", 0) > draws:  # the epoch drew its order: redrawn next
             self._shuffles.undo()
 
-    def _interrupted(self, epoch: int, snapshot: dict[str, np.ndarray], mark: tuple) -> None:
+    def _interrupted(self, epoch: int, snapshot: dict[str, np.ndarray], mark: _EpochMark) -> None:
         """Undo the interrupted ``epoch`` (:meth:`_undo_epoch`) and raise KeyboardInterrupt
         saying so."""
         self._undo_epoch(snapshot, mark)
-        rate = mark[3]
         kept = ""
-        if isinstance(rate, LearningRateAdamW):
+        if isinstance(mark.rate, LearningRateAdamW):
             kept = " (AdamW's moments, inside onnxruntime, keep its steps)"
         raise KeyboardInterrupt(
             f"{type(self).__name__}.fit interrupted in epoch {epoch}, which is undone{kept}: "

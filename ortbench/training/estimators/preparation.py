@@ -16,7 +16,7 @@ from ..graphs.nodes import rewrite_linear_nodes
 from ..graphs.outputs import (
     classifier_output,
     flattening_reshape,
-    last_operator,
+    last_node,
     select_outputs,
     sigmoid_output,
     static_width,
@@ -117,7 +117,8 @@ class ModelPreparation:
     def _refuse_log_probabilities(self, model: onnx.ModelProto) -> None:
         """Refuse a LogSoftmax output under the log loss of probabilities, which would
         take the log of its logarithms (a loss of nan), in one line saying what to do."""
-        if last_operator(model, self.output_name_) == "LogSoftmax":
+        node = last_node(model, self.output_name_)
+        if node is not None and node.op_type == "LogSoftmax":
             raise OrtBenchError(
                 f"the model's output {self.output_name_!r} is a LogSoftmax's (log-"
                 f"probabilities), and the log loss reads probabilities: give "
@@ -150,8 +151,7 @@ class ModelPreparation:
         if self._n_columns() is not None:
             return
         dtype = onnx.helper.tensor_dtype_to_np_dtype(self._input.type.tensor_type.elem_type)
-        model = select_outputs(self._train_model, [self.output_name_])
-        outputs = run_once(model, {self._input.name: X[:1].astype(dtype)})
+        outputs = run_once(self._train_model, {self._input.name: X[:1].astype(dtype)})
         if outputs is not None and outputs[0].ndim == 2:
             self._probed_width = int(outputs[0].shape[1])
 

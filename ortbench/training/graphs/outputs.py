@@ -85,23 +85,20 @@ def sigmoid_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
     the probabilities themselves it would count each row's own class only.
     """
     output = training_output(onx)
-    producers = {o: n for n in onx.graph.node for o in n.output}
-    node = producers.get(output)
-    while node is not None and node.op_type == "Identity":
-        node = producers.get(node.input[0])
+    node = last_node(onx, output)
     if node is None or node.op_type != "Sigmoid":
         return None
     return ClassifierOutput(output, node.input[0], "sigmoid", static_width(onx, output))
 
 
-def last_operator(onx: onnx.ModelProto, name: str) -> str | None:
-    """The operator that makes ``name``, through Identity nodes (None for an input or an
+def last_node(onx: onnx.ModelProto, name: str) -> onnx.NodeProto | None:
+    """The node that makes ``name``, through Identity nodes (None for an input or an
     initializer)."""
     producers = {o: n for n in onx.graph.node for o in n.output}
     node = producers.get(name)
     while node is not None and node.op_type == "Identity":
         node = producers.get(node.input[0])
-    return None if node is None else node.op_type
+    return node
 
 
 def log_loss_output(onx: onnx.ModelProto) -> ClassifierOutput | None:
